@@ -1,0 +1,72 @@
+/* strata/parallel.h: libparallel, where strata's libraries compose.
+ *
+ * One description of a model (par_gpt_config_t) and of a layout
+ * (par_layout_t) drives everything here: the planner predicts memory and
+ * time from them, and the real runs build from the same structs, so the
+ * planner's predictions can be checked against measured runs.
+ *
+ * The API is split over a few headers included from here:
+ *   strata/par_gpt.h    the GPT model (forward, backward, named parameter views)
+ *   strata/par_plan.h   the cost model / planner and layout validation
+ * Prefix: par_. Status codes: strata/status.h; par_strerror() explains them. */
+#ifndef STRATA_PARALLEL_H
+#define STRATA_PARALLEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <strata/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A GPT-2 style decoder: L blocks of pre-layernorm attention + MLP (4h, GELU),
+ * token and position embeddings, final layernorm, LM head tied to the token
+ * embedding. */
+typedef struct {
+  int layers;    /* L */
+  int hidden;    /* h (model width) */
+  int heads;     /* attention heads; hidden % heads == 0 */
+  int seq;       /* T, maximum sequence length (position table size) */
+  int vocab;     /* V */
+  int recompute; /* 1: recompute each block's activations in backward */
+} par_gpt_config_t;
+#define PAR_GPT_CONFIG_DEFAULTS {.layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256}
+
+typedef enum { PAR_TP_1D = 0, PAR_TP_2D, PAR_TP_2P5D, PAR_TP_3D } par_tp_mode_t;
+typedef enum { PAR_SCHED_GPIPE = 0, PAR_SCHED_1F1B, PAR_SCHED_INTERLEAVED } par_schedule_t;
+typedef enum { PAR_TIER_DEVICE = 0, PAR_TIER_CPU, PAR_TIER_NVME } par_tier_t;
+typedef enum { PAR_PREC_FP32 = 0, PAR_PREC_BF16, PAR_PREC_FP16 } par_precision_t;
+
+/* How a run is laid out over dp * tp * pp * sp devices. */
+typedef struct {
+  int dp, tp, pp, sp;      /* data, tensor, pipeline, sequence degrees (>= 1) */
+  par_tp_mode_t tp_mode;   /* 1d (Megatron), 2d (SUMMA, tp = q^2),
+                              2.5d (tp = q^2 * depth), 3d (tp = q^3) */
+  int tp_depth;            /* d of 2.5D tensor parallelism (1 otherwise) */
+  int zero_stage;          /* 0..3 */
+  int microbatch;          /* sequences per microbatch (b) */
+  int global_batch;        /* sequences per optimizer step (B) */
+  par_schedule_t schedule; /* pipeline schedule */
+  int interleave;          /* model chunks per stage for the interleaved schedule */
+  par_precision_t precision; /* compute precision of parameters/activations */
+  par_tier_t offload_optimizer; /* where fp32 master + optimizer states live */
+  par_tier_t offload_gradients;
+  par_tier_t offload_params;
+} par_layout_t;
+#define PAR_LAYOUT_DEFAULTS                                                                        \
+  {.dp = 1, .tp = 1, .pp = 1, .sp = 1, .tp_mode = PAR_TP_1D, .tp_depth = 1, .zero_stage = 0,       \
+   .microbatch = 1, .global_batch = 1, .schedule = PAR_SCHED_1F1B, .interleave = 1,               \
+   .precision = PAR_PREC_FP32}
+
+/* A short description of a status code; never NULL. */
+STRATA_API const char *par_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include <strata/par_gpt.h>
+#include <strata/par_plan.h>
+
+#endif
