@@ -8,6 +8,7 @@
  * The API is split over a few headers included from here:
  *   strata/par_gpt.h    the GPT model (forward, backward, named parameter views)
  *   strata/par_plan.h   the cost model / planner and layout validation
+ *   strata/par_io.h     data loading, HDF5 metrics and checkpoints
  * Prefix: par_. Status codes: strata/status.h; par_strerror() explains them. */
 #ifndef STRATA_PARALLEL_H
 #define STRATA_PARALLEL_H
@@ -68,5 +69,6 @@ STRATA_API const char *par_strerror(int code);
 
 #include <strata/par_gpt.h>
 #include <strata/par_plan.h>
+#include <strata/par_io.h>
 
 #endif
