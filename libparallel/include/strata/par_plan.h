@@ -1,4 +1,275 @@
-/* strata/par_plan.h: the planner (cost model). Included from strata/parallel.h. */
+/* strata/par_plan.h: the planner (cost model) and layout validation.
+ * Included from strata/parallel.h; may also be included on its own.
+ *
+ * Given a model (par_gpt_config_t), a layout (par_layout_t) and a cluster
+ * (par_cluster_t), the planner predicts memory per device by category and
+ * time per step by component, from first principles: Megatron-LM's FLOP
+ * count (arXiv 2104.04473, eq. 3), ZeRO's model-state accounting (arXiv
+ * 1910.02054, sec. 3 and 5), Korthikanti et al.'s activation accounting
+ * (arXiv 2205.05198, eq. 1-2), alpha-beta collective costs, and the pipeline
+ * bubble (p-1)/m. Every assumption is a named field of par_plan_params_t and
+ * is documented in docs/planner.md; nothing here stores a published answer.
+ *
+ * Units: bytes, seconds, FLOP/s, bytes/s, all as double. Counts of
+ * parameters and FLOPs are doubles too (they exceed 2^53 only for sizes no
+ * one trains). No function here allocates memory the caller must free. */
 #ifndef STRATA_PAR_PLAN_H
 #define STRATA_PAR_PLAN_H
+
+#include <stdio.h>
+#include <strata/parallel.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- cluster */
+
+/* A homogeneous cluster: nodes x gpus_per_node identical GPUs. Bandwidths
+ * are nominal, unidirectional; the planner applies the achievable fractions
+ * of par_plan_params_t. The same table lives in recipes/clusters/NAME.lua
+ * (keys identical to these field names); keep both in step. */
+typedef struct {
+  char name[64];
+  int nodes;
+  int gpus_per_node;
+  double gpu_mem_bytes;   /* memory per GPU, bytes */
+  double gpu_mem_bw;      /* device memory (HBM) bandwidth per GPU, bytes/s */
+  double peak_flops[3];   /* dense peak per GPU, FLOP/s, indexed by par_precision_t
+                             (fp32, bf16, fp16); fp32 means non-tensor-core fp32 */
+  double intra_bw;        /* per-GPU bandwidth to GPUs of the same node (NVLink), bytes/s */
+  double intra_lat;       /* latency of one intra-node message, s */
+  double inter_bw;        /* per-node network bandwidth, all NICs together, bytes/s */
+  double inter_lat;       /* latency of one inter-node message, s */
+  double host_bw;         /* per-GPU host<->device bandwidth (PCIe), bytes/s */
+  double cpu_mem_bytes;   /* host memory per node, bytes */
+  double cpu_mem_bw;      /* host memory bandwidth per node, bytes/s */
+  double cpu_flops;       /* achievable fp32 FLOP/s of a node's CPUs (CPU optimizer) */
+  double nvme_bytes;      /* NVMe capacity per node, bytes */
+  double nvme_bw;         /* NVMe bandwidth per node (read or write), bytes/s */
+} par_cluster_t;
+#define PAR_CLUSTER_DEFAULTS                                                                       \
+  {.name = "custom", .nodes = 1, .gpus_per_node = 1, .gpu_mem_bytes = 80e9, .gpu_mem_bw = 2.0e12, \
+   .peak_flops = {19.5e12, 312e12, 312e12}, .intra_bw = 300e9, .intra_lat = 5e-6,                \
+   .inter_bw = 200e9, .inter_lat = 10e-6, .host_bw = 25e9, .cpu_mem_bytes = 1e12,                  \
+   .cpu_mem_bw = 200e9, .cpu_flops = 2e12, .nvme_bytes = 15e12, .nvme_bw = 25e9}
+
+/* The machines of the papers and this one. Names: "dgx1-v100-32gb",
+ * "dgx2-v100", "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "this-machine".
+ * `nodes` defaults to 1; callers set it. Returns STRATA_ENOTFOUND for an
+ * unknown name (why lists the known ones). */
+STRATA_API int par_cluster_preset(const char *name, par_cluster_t *out, char *why, size_t n);
+/* The i-th preset name, or NULL past the end (for listing). */
+STRATA_API const char *par_cluster_preset_name(int i);
+/* Checks that every field is positive and finite; the message names the field. */
+STRATA_API int par_cluster_validate(const par_cluster_t *c, char *why, size_t n);
+
+/* ------------------------------------------------------------- parameters */
+
+/* Every assumption of the cost model. Defaults are argued in docs/planner.md;
+ * gemm_efficiency is the one calibrated figure (on Megatron's 1.7B row). */
+typedef struct {
+  double gemm_efficiency;   /* achievable fraction of peak FLOP/s in matmuls */
+  double link_efficiency;   /* achievable fraction of nominal link bandwidth (NCCL busbw) */
+  double hbm_efficiency;    /* achievable fraction of HBM bandwidth, memory-bound kernels */
+  double host_efficiency;   /* achievable fraction of PCIe / NVMe / host DRAM bandwidth */
+  double ew_passes_token;   /* memory-bound passes per token x hidden element, per layer,
+                               forward (layernorms, bias+GeLU, bias+dropout+residual) */
+  double ew_passes_score;   /* memory-bound passes per attention score element, per
+                               layer, forward (scale+mask+softmax, dropout, bmm IO) */
+  double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
+  double dp_overlap;        /* fraction of the last microbatch's backward that can hide
+                               gradient reduction (bucketed overlap; 0 = none) */
+  double zero3_overlap;     /* fraction of ZeRO-3 parameter gathers hidden by compute */
+  double offload_overlap;   /* fraction of host<->device offload traffic hidden by compute */
+  double cpu_adam_bytes;    /* host DRAM bytes CPU Adam streams per parameter */
+  double cpu_adam_flops;    /* FLOPs per parameter of one Adam step */
+  double gpu_optim_bytes;   /* HBM bytes a fused GPU Adam streams per parameter */
+  double dp_bucket_bytes;   /* gradient bucket buffers on the device (reduce / copy) */
+  double zero3_prefetch_layers; /* layers of gathered parameters live under ZeRO-3 */
+  double device_reserved_bytes; /* CUDA context, GEMM workspace, allocator fragmentation */
+  double cpu_reserved_bytes;    /* per node, OS + framework + data loader */
+  double token_budget;      /* tokens for the "days to train" column */
+} par_plan_params_t;
+#define PAR_PLAN_PARAMS_DEFAULTS                                                                   \
+  {.gemm_efficiency = 0.60, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                      \
+   .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_score = 6.5, .bwd_factor = 2.0,    \
+   .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5, .cpu_adam_bytes = 28.0,        \
+   .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0, .dp_bucket_bytes = 2 * 50e6,                  \
+   .zero3_prefetch_layers = 2.0, .device_reserved_bytes = 1.5e9, .cpu_reserved_bytes = 32e9,       \
+   .token_budget = 300e9}
+
+/* ---------------------------------------------------------------- formulas */
+
+/* Exact parameter count of strata's GPT (parallel.h): l (12 h^2 + 13 h) +
+ * (V + s) h + 2 h (the final layernorm), the LM head tied to the token
+ * embedding and counted once. */
+STRATA_API double par_gpt_param_count(const par_gpt_config_t *m);
+/* Megatron's P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) (arXiv 2104.04473,
+ * sec. 5.1): the same model without the final layernorm's 2h. */
+STRATA_API double par_megatron_param_count(const par_gpt_config_t *m);
+/* Megatron's F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (eq. 3): FLOPs of
+ * one step of `batch` sequences with activation recompute. With recompute
+ * = 0 the forward is counted once less: 72 B s l h^2 (1 + s/(6h)) + 6 B s h V. */
+STRATA_API double par_megatron_flops(const par_gpt_config_t *m, double batch, int recompute);
+/* Megatron's end-to-end estimate 8 T P / (n X) in seconds (sec. 5.1). */
+STRATA_API double par_megatron_train_seconds(double tokens, double params, double gpus,
+                                             double flops_per_gpu);
+
+/* ZeRO model states per device (arXiv 1910.02054, sec. 5): bytes of fp16
+ * parameters, fp16 gradients and optimizer states (K bytes per parameter,
+ * K = 12 for mixed-precision Adam) for `params` parameters over Nd data-parallel
+ * devices at `stage` 0..3. out[0..2] = params, grads, optimizer. */
+STRATA_API int par_zero_model_states(double params, int nd, int stage, double k, double out[3]);
+/* The paper's Table 1 print convention for a figure in GB: integers
+ * (truncated) from 100 up, one decimal below 100, two below 10 (rounded half
+ * up). Writes into buf; returns buf. */
+STRATA_API const char *par_zero_format_gb(double gb, char *buf, size_t n);
+
+/* ---------------------------------------------------------------- layouts */
+
+/* Whether `l` can run `m` on `world` devices: every degree >= 1, dp*tp*pp*sp
+ * == world, heads and hidden divisible by the tensor split, 2d square, 2.5d
+ * q^2*depth, 3d a cube, layers divisible by pp (and by pp*interleave for
+ * the interleaved schedule), global_batch a multiple of microbatch*dp, seq
+ * divisible by sp, vocabulary by the tensor degree, ZeRO stage 0..3, enums in
+ * range. STRATA_EINVAL with a message naming the numbers in why (may be
+ * NULL). The runtime calls this same function before allocating. */
+STRATA_API int par_layout_validate(const par_gpt_config_t *m, const par_layout_t *l, int world,
+                                   char *why, size_t n);
+
+/* ----------------------------------------------------------------- estimate */
+
+typedef enum {
+  PAR_MEM_PARAMS = 0, /* working (compute-precision) parameters */
+  PAR_MEM_GRADS,      /* gradients */
+  PAR_MEM_OPTIM,      /* fp32 master copy + Adam moments */
+  PAR_MEM_ACTIV,      /* activations of the in-flight microbatches, logits */
+  PAR_MEM_BUFFERS,    /* communication buckets, ZeRO-3 gather buffers, offload staging */
+  PAR_MEM_RESERVED,   /* device_reserved_bytes */
+  PAR_MEM_COUNT
+} par_mem_kind_t;
+
+typedef enum {
+  PAR_T_COMPUTE = 0, /* matmuls at gemm_efficiency of peak */
+  PAR_T_MEMBOUND,    /* memory-bound kernels (norms, softmax, dropout, GeLU) */
+  PAR_T_BUBBLE,      /* pipeline fill and drain */
+  PAR_T_TP,          /* tensor-parallel collectives (exposed) */
+  PAR_T_SP,          /* sequence-parallel ring attention traffic */
+  PAR_T_PP,          /* pipeline send/recv */
+  PAR_T_DP,          /* gradient reduction (+ parameter allgather under ZeRO), exposed */
+  PAR_T_ZERO3,       /* ZeRO-3 parameter gathers, exposed */
+  PAR_T_OFFLOAD,     /* host/NVMe transfers, exposed */
+  PAR_T_OPTIM,       /* optimizer step (GPU or CPU) */
+  PAR_T_COUNT
+} par_time_kind_t;
+
+typedef struct {
+  int valid;                  /* 0: the layout is invalid (why says why) */
+  int fits;                   /* 1: device, host and NVMe memory all suffice */
+  char why[256];              /* reason when !valid or !fits, else "" */
+  double params;              /* par_gpt_param_count of the model */
+  double params_device;       /* parameters of the largest pipeline stage / tensor shard */
+  double mem[PAR_MEM_COUNT];  /* device bytes by category, largest stage */
+  double mem_total;           /* sum of mem[] */
+  double cpu_bytes_node;      /* host bytes per node (offloaded states, pinned buffers) */
+  double nvme_bytes_node;     /* NVMe bytes per node */
+  double time[PAR_T_COUNT];   /* seconds per step by component */
+  double comm_bytes[PAR_T_COUNT]; /* bytes sent per device per step by component */
+  double step_time;           /* seconds per optimizer step */
+  int microbatches;           /* m = global_batch / (dp * microbatch) */
+  double bubble_fraction;     /* pipeline bubble / ideal pipeline time */
+  double flops_step;          /* hardware FLOPs per step (Megatron F; with recompute if on) */
+  double model_flops_step;    /* FLOPs per step without recompute (for MFU) */
+  double tflops_per_gpu;      /* flops_step / step_time / GPUs / 1e12 (Megatron's convention) */
+  double mfu;                 /* model_flops_step / step_time / GPUs / peak */
+  double tokens_per_s;
+  double days;                /* days for params.token_budget tokens */
+} par_plan_t;
+
+/* Predicts memory and time of model `m` laid out as `l` on cluster `c`
+ * (world = c->nodes * c->gpus_per_node). p NULL means defaults. An invalid
+ * layout is not an error of the call: out->valid = 0 and out->why explains,
+ * and the return is STRATA_EINVAL; a valid layout returns STRATA_OK whether
+ * or not it fits (out->fits). NULL pointers or a bad cluster: STRATA_EINVAL. */
+STRATA_API int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l,
+                                 const par_cluster_t *c, const par_plan_params_t *p,
+                                 par_plan_t *out);
+
+/* Prints the `strata plan` report: inputs, memory by category, time by
+ * component, TFLOP/s per GPU, MFU, tokens/s and days. */
+STRATA_API int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
+                              const par_cluster_t *c, const par_plan_t *r);
+
+/* Solves for the gemm_efficiency at which the predicted TFLOP/s per GPU of
+ * (m, l, c) equals target_tflops (bisection on [0.01, 1]). Writes the result
+ * in *eff. STRATA_EINVAL when no efficiency in that range reaches it. */
+STRATA_API int par_plan_calibrate(const par_gpt_config_t *m, const par_layout_t *l,
+                                  const par_cluster_t *c, const par_plan_params_t *p,
+                                  double target_tflops, double *eff);
+
+/* ------------------------------------------------------------------ search */
+
+/* What the search enumerates. Zero/NULL fields mean defaults. */
+typedef struct {
+  int global_batch;       /* B, fixed (sequences per step) */
+  par_precision_t precision;
+  int max_microbatch;     /* microbatches tried: 1, 2, 4, ... up to this (default 8) */
+  int tp_modes;           /* bit mask of 1 << par_tp_mode_t (default: 1d only) */
+  int max_zero_stage;     /* stages 0..max tried (default 3) */
+  int try_offload;        /* also try optimizer (+gradient) offload to CPU */
+  int try_sp;             /* also try sequence parallelism */
+  int try_recompute;      /* 1: try both recompute settings; 0: keep the model's */
+  par_schedule_t schedule;
+} par_search_opts_t;
+#define PAR_SEARCH_OPTS_DEFAULTS                                                                   \
+  {.global_batch = 0, .precision = PAR_PREC_BF16, .max_microbatch = 8, .tp_modes = 1,             \
+   .max_zero_stage = 3, .try_offload = 0, .try_sp = 0, .try_recompute = 1,                        \
+   .schedule = PAR_SCHED_1F1B}
+
+typedef struct {
+  par_layout_t layout;
+  int recompute;          /* recompute setting this entry used */
+  par_plan_t plan;
+} par_plan_entry_t;
+
+/* Enumerates layouts of `m` over all of cluster `c`, estimates each, and
+ * sorts: layouts that fit by tokens/s (best first), then valid layouts that
+ * do not fit (least memory first), then invalid ones; each carries its
+ * reason. Copies the first min(cap, total) into out (caller-owned array, may
+ * be NULL when cap is 0) and the total into *total. */
+STRATA_API int par_plan_search(const par_gpt_config_t *m, const par_cluster_t *c,
+                               const par_plan_params_t *p, const par_search_opts_t *o,
+                               par_plan_entry_t *out, size_t cap, size_t *total);
+/* Prints the top `top` fitting entries and up to `top` rejected ones with reasons. */
+STRATA_API int par_plan_search_print(FILE *f, const par_plan_entry_t *e, size_t count, size_t top);
+
+/* ------------------------------------------------------------ reproduction */
+
+/* One row of a reproduction: a published figure next to the planner's. */
+typedef struct {
+  char label[96];
+  char unit[16];
+  double published;
+  double predicted;
+  double rel_err;         /* (predicted - published) / published; 0 when both 0 */
+} par_repro_row_t;
+
+/* Published results the planner reproduces (see docs/planner.md):
+ * "zero-table1", "zero-comm", "deepspeed-3d", "deepspeed-1t", "zero-offload",
+ * "patrickstar", "colossal-tp", "megatron-params", "megatron-table1",
+ * "megatron-time", "mtnlg". Fills up to cap rows and *count with the total.
+ * p NULL means defaults (gemm_efficiency calibrated as docs/planner.md says).
+ * STRATA_ENOTFOUND for an unknown name. */
+STRATA_API int par_plan_reproduce(const char *which, const par_plan_params_t *p,
+                                  par_repro_row_t *rows, size_t cap, size_t *count);
+/* The name of the i-th reproduction, or NULL past the end. */
+STRATA_API const char *par_plan_reproduce_name(int i);
+/* Prints a reproduction as a table: label, published, predicted, relative error. */
+STRATA_API int par_plan_reproduce_print(FILE *f, const char *which, const par_plan_params_t *p);
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -1,0 +1,477 @@
+/* The cost model: memory per device by category and time per step by
+ * component for a GPT, a layout and a cluster. docs/planner.md derives every
+ * term; the comments here give the source of each. */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plan_internal.h"
+
+static const par_plan_params_t default_params = PAR_PLAN_PARAMS_DEFAULTS;
+
+const par_plan_params_t *plan_params_or_default(const par_plan_params_t *p) {
+  return p ? p : &default_params;
+}
+
+/* ------------------------------------------------------------ collectives */
+
+void plan_group_link(const par_cluster_t *c, const par_plan_params_t *p, int stride, int size,
+                     plan_link_t *out) {
+  int g = c->gpus_per_node;
+  /* Ranks are laid out tp innermost, then sp, dp, pp (the mesh order of
+   * libcomm: tensor slicing inside a node, pipeline stages across nodes). A
+   * group of `size` ranks `stride` apart has k members per node. */
+  int k = stride >= g ? 1 : g / stride;
+  if (k > size) k = size;
+  if (k < 1) k = 1;
+  out->size = size;
+  if (size <= 1) {
+    out->bw = INFINITY;
+    out->lat = 0.0;
+    out->inter = 0;
+  } else if (k >= size) {
+    out->bw = c->intra_bw * p->link_efficiency;
+    out->lat = c->intra_lat;
+    out->inter = 0;
+  } else {
+    /* The node's NICs are shared by the g / k groups that cross nodes at the
+     * same moment; one ring per NIC (NCCL), so a group gets k NICs' worth. */
+    double share = c->inter_bw * (double)k / (double)g;
+    out->bw = fmin(share, c->intra_bw) * p->link_efficiency;
+    out->lat = c->inter_lat;
+    out->inter = 1;
+  }
+}
+
+/* Ring allreduce 2(N-1) alpha + 2 (N-1)/N n beta, or a (double binary) tree
+ * 2 log2(N) alpha + 2 n beta, whichever is faster (NCCL picks likewise). */
+double plan_allreduce_time(const plan_link_t *k, double bytes) {
+  double n = k->size;
+  if (n <= 1 || bytes <= 0) return 0.0;
+  double ring = 2.0 * (n - 1) * k->lat + 2.0 * (n - 1) / n * bytes / k->bw;
+  double tree = 2.0 * ceil(log2(n)) * k->lat + 2.0 * bytes / k->bw;
+  return fmin(ring, tree);
+}
+
+/* Ring reduce-scatter or allgather of `bytes` in total: (N-1) alpha + (N-1)/N n beta. */
+double plan_gather_time(const plan_link_t *k, double bytes) {
+  double n = k->size;
+  if (n <= 1 || bytes <= 0) return 0.0;
+  return (n - 1) * k->lat + (n - 1) / n * bytes / k->bw;
+}
+
+static double p2p_time(const plan_link_t *k, double bytes) {
+  if (k->size <= 1 || bytes <= 0) return 0.0;
+  return k->lat + bytes / k->bw;
+}
+
+/* Bytes each device sends for one linear layer, forward + backward, with
+ * input width hin and output width hout, M = rows x width activation bytes
+ * and W = hin x hout weight bytes (the Colossal-AI accounting, see
+ * plan_tp_linear_terms). */
+static double tp_linear_bytes(par_tp_mode_t mode, int tp, int depth, double rows, double hin,
+                              double hout, double e) {
+  double min_ = rows * hin * e, mout = rows * hout * e, w = hin * hout * e;
+  double mm = fmax(min_, mout);
+  switch (mode) {
+  case PAR_TP_1D: {
+    /* Megatron: one allreduce of the h-wide activation (forward for
+     * row-parallel, backward for column-parallel layers). */
+    double t = tp;
+    return 2.0 * (t - 1) / t * rows * fmin(hin, hout) * e;
+  }
+  case PAR_TP_2D: {
+    double q = sqrt((double)tp);
+    return 3.0 * (q - 1) / (q * q) * (mm + w);
+  }
+  case PAR_TP_2P5D: {
+    double d = depth, q = sqrt((double)tp / d);
+    return 3.0 * (q - 1) / (q * q) * (mm / d + w);
+  }
+  case PAR_TP_3D: {
+    double q = cbrt((double)tp);
+    return 2.0 * (q - 1) / (q * q * q) * (min_ + w + mout);
+  }
+  }
+  return 0.0;
+}
+
+int plan_tp_q(const par_layout_t *l) {
+  switch (l->tp_mode) {
+  case PAR_TP_2D: return (int)llround(sqrt((double)l->tp));
+  case PAR_TP_2P5D: return (int)llround(sqrt((double)l->tp / l->tp_depth));
+  case PAR_TP_3D: return (int)llround(cbrt((double)l->tp));
+  default: return l->tp;
+  }
+}
+
+/* Messages (latency terms) per linear layer, forward + backward. */
+static double tp_linear_msgs(par_tp_mode_t mode, int tp, int depth) {
+  switch (mode) {
+  case PAR_TP_1D: return 2.0 * (tp - 1);
+  case PAR_TP_2D: return 6.0 * sqrt((double)tp);
+  case PAR_TP_2P5D: return 6.0 * sqrt((double)tp / depth);
+  case PAR_TP_3D: return 6.0 * (cbrt((double)tp) - 1);
+  }
+  return 0.0;
+}
+
+/* ------------------------------------------------------------------ memory */
+
+typedef struct {
+  double params;      /* parameters held by this stage's tensor shard */
+  double mem[PAR_MEM_COUNT];
+  double total;
+  double host;        /* bytes this device keeps on the host */
+  double nvme;        /* bytes this device keeps on NVMe */
+} stage_mem_t;
+
+static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const par_plan_params_t *p,
+                         int first, int last, int microbatches, stage_mem_t *out) {
+  memset(out, 0, sizeof *out);
+  double h = m->hidden, s = m->seq, v = m->vocab, a = m->heads;
+  double ls = (double)m->layers / l->pp;
+  int oned = l->tp_mode == PAR_TP_1D;
+  /* Matrices split over tp (2.5d: over q^2, replicated over the depth). */
+  double pdiv = l->tp_mode == PAR_TP_2P5D ? (double)l->tp / l->tp_depth : (double)l->tp;
+  /* 1d keeps layernorms and row-parallel biases whole (Megatron); the other
+   * modes partition every tensor of a block. */
+  double block = (12.0 * h * h + 7.0 * h) / pdiv + 6.0 * h / (oned ? 1.0 : pdiv);
+  double params = ls * block;
+  if (first) params += v * h / pdiv + s * h;            /* vocab-parallel + positions */
+  if (last) params += 2.0 * h + (first ? 0.0 : v * h / pdiv); /* final LN; tied copy */
+  out->params = params;
+
+  /* Model states (arXiv 1910.02054 sec. 5): mixed precision keeps 2-byte
+   * parameters and gradients and K = 12 bytes of fp32 master + Adam moments;
+   * fp32 training keeps 4 + 4 and K = 8 (the moments). Replicas that hold
+   * the same parameters (dp x sp) shard them under ZeRO. */
+  int mixed = l->precision != PAR_PREC_FP32;
+  double wb = mixed ? 2.0 : 4.0, k = mixed ? 12.0 : 8.0;
+  double nd = (double)l->dp * l->sp;
+  double pshard = l->zero_stage >= 3 ? nd : 1.0;
+  double gshard = l->zero_stage >= 2 ? nd : 1.0;
+  double oshard = l->zero_stage >= 1 ? nd : 1.0;
+  double pbytes = params * wb / pshard, gbytes = params * wb / gshard, obytes = params * k / oshard;
+  double off[3] = {0, 0, 0}; /* host, nvme bytes */
+  if (l->offload_params == PAR_TIER_DEVICE) out->mem[PAR_MEM_PARAMS] = pbytes;
+  else off[l->offload_params] += pbytes;
+  if (l->offload_gradients == PAR_TIER_DEVICE) out->mem[PAR_MEM_GRADS] = gbytes;
+  else off[l->offload_gradients] += gbytes;
+  if (l->offload_optimizer == PAR_TIER_DEVICE) {
+    out->mem[PAR_MEM_OPTIM] = obytes;
+  } else {
+    off[l->offload_optimizer] += obytes;
+    /* The host update reads a gradient copy (ZeRO-Offload keeps fp16
+     * gradients on the CPU) unless the gradients live there already. */
+    if (l->offload_gradients == PAR_TIER_DEVICE) off[PAR_TIER_CPU] += params * wb / oshard;
+  }
+  out->host = off[PAR_TIER_CPU];
+  out->nvme = off[PAR_TIER_NVME];
+
+  /* Activations per layer per microbatch (Korthikanti et al., arXiv
+   * 2205.05198 eq. 1-2, generalised to e bytes per element and 1-byte
+   * dropout masks): s b h (16 e + 2) + a s^2 b (2 e + 1). Megatron's 1d
+   * splits 12 e of the 16 e and the attention scores over t; 2d/2.5d/3d
+   * split all of it over tp (Colossal-AI); sequence parallelism over sp. */
+  double e = mixed ? 2.0 : 4.0;
+  double tok = (double)l->microbatch * s / l->sp; /* tokens of a microbatch on this device */
+  double tpd = l->tp;
+  double score = a * tok * s * (2.0 * e + 1.0) / tpd;
+  double full = oned ? tok * h * ((4.0 * e + 2.0) + 12.0 * e / tpd) + score
+                     : tok * h * (16.0 * e + 2.0) / tpd + score;
+  /* With recompute a block keeps only its input; backward rebuilds one
+   * block's activations at a time. */
+  double kept = m->recompute ? tok * h * e / (oned ? 1.0 : tpd) : full;
+  double inflight;
+  if (l->pp == 1) inflight = 1.0;
+  else if (l->schedule == PAR_SCHED_GPIPE) inflight = microbatches;
+  else {
+    /* 1F1B: the first stage holds p microbatches (fewer if m < p); the
+     * interleaved schedule (1 + (p-1)/(p v)) times that (arXiv 2205.05198 sec. 4.2.3). */
+    double pp = l->pp;
+    inflight = fmin(pp, microbatches);
+    if (l->schedule == PAR_SCHED_INTERLEAVED) inflight *= 1.0 + (pp - 1) / (pp * l->interleave);
+    if (!first) inflight = fmax(1.0, inflight - (pp - 1)); /* last stage: one at a time */
+  }
+  double act = inflight * ls * kept + (m->recompute ? full : 0.0);
+  if (first) act += inflight * tok * h * (e + 1.0); /* embedding output + dropout mask */
+  /* Logits in compute precision plus the fp32 copy of the vocab-parallel
+   * cross-entropy, for the microbatch whose loss is computed. */
+  if (last) act += tok * v / (oned ? tpd : pdiv) * (e + 4.0);
+  out->mem[PAR_MEM_ACTIV] = act;
+
+  /* Communication buffers: gradient buckets when gradients are reduced or
+   * copied off the device; ZeRO-3 gathers whole layers just in time. */
+  double buf = 0.0;
+  if (nd > 1 || l->offload_optimizer != PAR_TIER_DEVICE) buf += p->dp_bucket_bytes;
+  if (l->zero_stage >= 3) buf += p->zero3_prefetch_layers * block * wb;
+  out->mem[PAR_MEM_BUFFERS] = buf;
+  out->mem[PAR_MEM_RESERVED] = p->device_reserved_bytes;
+  for (int i = 0; i < PAR_MEM_COUNT; i++) out->total += out->mem[i];
+}
+
+/* ---------------------------------------------------------------- estimate */
+
+static double gb(double b) { return b / 1e9; }
+
+int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const par_cluster_t *c,
+                      const par_plan_params_t *pp_, par_plan_t *out) {
+  if (!out) return STRATA_EINVAL;
+  memset(out, 0, sizeof *out);
+  if (!m || !l || !c) {
+    snprintf(out->why, sizeof out->why, "model, layout or cluster is NULL");
+    return STRATA_EINVAL;
+  }
+  const par_plan_params_t *p = plan_params_or_default(pp_);
+  int rc = par_cluster_validate(c, out->why, sizeof out->why);
+  if (rc) return rc;
+  int world = c->nodes * c->gpus_per_node;
+  rc = par_layout_validate(m, l, world, out->why, sizeof out->why);
+  if (rc) return rc;
+  double peak = c->peak_flops[l->precision];
+  if (peak <= 0) {
+    static const char *pn[] = {"fp32", "bf16", "fp16"};
+    snprintf(out->why, sizeof out->why, "cluster '%s' has no %s peak (the GPU lacks it)", c->name,
+             pn[l->precision]);
+    return STRATA_EINVAL;
+  }
+  out->valid = 1;
+  out->params = par_gpt_param_count(m);
+
+  double h = m->hidden, s = m->seq, v = m->vocab, a = m->heads, b = l->microbatch;
+  int mb = l->global_batch / (l->dp * l->microbatch);
+  out->microbatches = mb;
+
+  /* Memory: the first and the last pipeline stage differ (embeddings and
+   * in-flight activations vs logits); the larger decides. */
+  stage_mem_t first, last;
+  stage_memory(m, l, p, 1, l->pp == 1, mb, &first);
+  if (l->pp > 1) stage_memory(m, l, p, 0, 1, mb, &last);
+  else last = first;
+  const stage_mem_t *worst = first.total >= last.total ? &first : &last;
+  memcpy(out->mem, worst->mem, sizeof out->mem);
+  out->mem_total = worst->total;
+  out->params_device = fmax(first.params, last.params);
+  double per_gpu_host = fmax(first.host, last.host), per_gpu_nvme = fmax(first.nvme, last.nvme);
+  out->cpu_bytes_node = per_gpu_host * c->gpus_per_node;
+  out->nvme_bytes_node = per_gpu_nvme * c->gpus_per_node;
+
+  /* Time of one microbatch on the last stage (it has the logit layer): GEMMs
+   * at gemm_efficiency of peak (arXiv 2104.04473 eq. 3 per device), and the
+   * memory-bound kernels at hbm_efficiency of HBM bandwidth. */
+  int mixed = l->precision != PAR_PREC_FP32;
+  double e = mixed ? 2.0 : 4.0, wb = e;
+  double ls = (double)m->layers / l->pp;
+  double split = (double)l->tp * l->sp;
+  double fwd = 1.0, bwd = p->bwd_factor, rc_ = m->recompute ? 1.0 : 0.0;
+  double passes = fwd + bwd + rc_;
+  double block_fwd = 24.0 * b * s * h * h + 4.0 * b * s * s * h;
+  double gemm_mb = (passes * ls * block_fwd + (fwd + bwd) * 2.0 * b * s * h * v) / split;
+  double t_gemm = gemm_mb / (p->gemm_efficiency * peak);
+  double ew_fwd = (p->ew_passes_token * b * s * h + p->ew_passes_score * a * b * s * s) * e;
+  double t_ew = passes * ls * ew_fwd / split / (p->hbm_efficiency * c->gpu_mem_bw);
+
+  /* Tensor-parallel traffic per microbatch: four linear layers per block
+   * (qkv h->3h, proj h->h, fc h->4h, fc-proj 4h->h); recompute repeats the
+   * forward third. Groups per axis: 1d one group; 2d rows and columns;
+   * 2.5d the same q x q planes; 3d three axes. */
+  plan_link_t lk;
+  double t_tp = 0.0, tp_bytes = 0.0;
+  if (l->tp > 1) {
+    double rows = b * s / l->sp;
+    double lin[4][2] = {{h, 3 * h}, {h, h}, {h, 4 * h}, {4 * h, h}};
+    double bytes = 0.0;
+    for (int i = 0; i < 4; i++)
+      bytes += tp_linear_bytes(l->tp_mode, l->tp, l->tp_depth, rows, lin[i][0], lin[i][1], e);
+    bytes *= ls * passes / (fwd + bwd);
+    double msgs = 4.0 * ls * tp_linear_msgs(l->tp_mode, l->tp, l->tp_depth) * passes / (fwd + bwd);
+    int q = plan_tp_q(l);
+    int axes = l->tp_mode == PAR_TP_1D ? 1 : l->tp_mode == PAR_TP_3D ? 3 : 2;
+    /* Bytes split evenly over the axes; axis i spans q ranks q^i apart
+     * (1d: the whole tp group, innermost). */
+    double stride = 1.0;
+    for (int ax = 0; ax < axes; ax++) {
+      int size = axes == 1 ? l->tp : q;
+      plan_group_link(c, p, (int)stride, size, &lk);
+      t_tp += (bytes / axes) / lk.bw + (msgs / axes) * lk.lat;
+      stride *= size;
+    }
+    tp_bytes = bytes;
+  }
+
+  /* Sequence parallelism (ring self-attention, arXiv 2105.13120): keys and
+   * values circulate sp-1 steps forward, their gradients back. */
+  double t_sp = 0.0, sp_bytes = 0.0;
+  if (l->sp > 1) {
+    double sp = l->sp;
+    double chunk = b * (s / sp) * h * e / l->tp;
+    sp_bytes = ls * passes * 2.0 * (sp - 1) * chunk;
+    plan_group_link(c, p, l->tp, l->sp, &lk);
+    t_sp = sp_bytes / lk.bw + ls * passes * 2.0 * (sp - 1) * lk.lat;
+  }
+
+  double t_mb = t_gemm + t_ew + t_tp + t_sp;
+  double vchunks = l->schedule == PAR_SCHED_INTERLEAVED ? l->interleave : 1;
+  /* Pipeline bubble (p-1)/m of the ideal time, (p-1)/(v m) interleaved
+   * (arXiv 2104.04473 sec. 2.2). */
+  double t_bubble = (l->pp - 1) / vchunks * t_mb;
+  /* Pipeline sends: b s h / t bytes per microbatch per boundary each way
+   * (scatter-gather over the tensor group), on the critical path. */
+  double t_pp = 0.0, pp_bytes = 0.0;
+  if (l->pp > 1) {
+    double msg = b * (s / l->sp) * h * e / l->tp;
+    plan_group_link(c, p, l->tp * l->sp * l->dp, l->pp, &lk);
+    double sends = 2.0 * vchunks * (mb + l->pp - 1);
+    pp_bytes = 2.0 * vchunks * mb * msg;
+    t_pp = sends * p2p_time(&lk, msg);
+  }
+
+  /* Data parallel reduction over dp x sp replicas (ZeRO sec. 7): plain and
+   * stage 1: allreduce (reduce-scatter + allgather) once per step; stage 2:
+   * reduce-scatter after every microbatch's backward + allgather of the
+   * updated parameters; stage 3: the reduce-scatters plus two parameter
+   * allgathers (forward, backward) per microbatch. */
+  double nd = (double)l->dp * l->sp;
+  double grads = out->params_device * wb;
+  double t_dp = 0.0, dp_bytes = 0.0, t_z3 = 0.0, z3_bytes = 0.0;
+  double t_bwd_mb = t_mb * bwd / passes;
+  if (nd > 1) {
+    plan_group_link(c, p, l->tp, (int)nd, &lk);
+    double frac = (nd - 1) / nd;
+    double window; /* backward time that can hide the reduction */
+    if (l->zero_stage <= 1) {
+      dp_bytes = 2.0 * frac * grads;
+      t_dp = plan_allreduce_time(&lk, grads);
+      window = t_bwd_mb;
+    } else {
+      dp_bytes = mb * frac * grads;
+      t_dp = mb * plan_gather_time(&lk, grads);
+      window = mb * t_bwd_mb;
+      if (l->zero_stage == 2) {
+        dp_bytes += frac * grads;
+        t_dp += plan_gather_time(&lk, grads);
+      }
+    }
+    t_dp = fmax(0.0, t_dp - p->dp_overlap * window);
+    if (l->zero_stage == 3) {
+      double gathers = mb * (2.0 + rc_);
+      z3_bytes = gathers * frac * grads;
+      double t = gathers * plan_gather_time(&lk, grads);
+      t_z3 = fmax(t * (1.0 - p->zero3_overlap), t - mb * t_mb);
+    }
+  }
+
+  /* Offload traffic over PCIe (host_bw per GPU) and NVMe (per node). */
+  double t_off = 0.0, off_bytes = 0.0, t_opt = 0.0;
+  double oshard = l->zero_stage >= 1 ? nd : 1.0;
+  double opt_params = out->params_device / oshard; /* parameters this device updates */
+  double host_bw = c->host_bw * p->host_efficiency;
+  double nvme_bw = c->nvme_bw * p->host_efficiency / c->gpus_per_node; /* per GPU share */
+  if (l->offload_optimizer != PAR_TIER_DEVICE) {
+    /* ZeRO-Offload (arXiv 2101.06840 sec. 4): gradients down, updated
+     * parameters up, 4P bytes per step in fp16. */
+    off_bytes += opt_params * 2.0 * wb;
+    double t = opt_params * 2.0 * wb / host_bw;
+    if (l->offload_optimizer == PAR_TIER_NVME && c->nvme_bw > 0) {
+      double k = mixed ? 12.0 : 8.0; /* states read and written back */
+      t += 2.0 * opt_params * k / nvme_bw;
+    }
+    t_off += fmax(t * (1.0 - p->offload_overlap), t - mb * t_bwd_mb);
+    /* CPU Adam: bandwidth- or FLOP-bound over the node's CPUs, which serve
+     * all its GPUs at once. */
+    double node_params = opt_params * c->gpus_per_node;
+    t_opt = fmax(node_params * p->cpu_adam_bytes / (c->cpu_mem_bw * p->host_efficiency),
+                 node_params * p->cpu_adam_flops / c->cpu_flops);
+  } else {
+    t_opt = opt_params * p->gpu_optim_bytes / (c->gpu_mem_bw * p->hbm_efficiency);
+  }
+  if (l->offload_params != PAR_TIER_DEVICE) {
+    /* ZeRO-Infinity: every microbatch fetches this device's parameter
+     * shard forward and backward (and again to recompute). */
+    double shard = out->params_device * wb / nd;
+    double fetches = mb * (2.0 + rc_);
+    double bw = l->offload_params == PAR_TIER_NVME && c->nvme_bw > 0 ? fmin(host_bw, nvme_bw)
+                                                                      : host_bw;
+    off_bytes += fetches * shard;
+    double t = fetches * shard / bw;
+    t_off += fmax(t * (1.0 - p->offload_overlap), t - mb * t_mb);
+  }
+
+  out->time[PAR_T_COMPUTE] = mb * t_gemm;
+  out->time[PAR_T_MEMBOUND] = mb * t_ew;
+  out->time[PAR_T_TP] = mb * t_tp;
+  out->time[PAR_T_SP] = mb * t_sp;
+  out->time[PAR_T_BUBBLE] = t_bubble;
+  out->time[PAR_T_PP] = t_pp;
+  out->time[PAR_T_DP] = t_dp;
+  out->time[PAR_T_ZERO3] = t_z3;
+  out->time[PAR_T_OFFLOAD] = t_off;
+  out->time[PAR_T_OPTIM] = t_opt;
+  out->comm_bytes[PAR_T_TP] = mb * tp_bytes;
+  out->comm_bytes[PAR_T_SP] = mb * sp_bytes;
+  out->comm_bytes[PAR_T_PP] = pp_bytes;
+  out->comm_bytes[PAR_T_DP] = dp_bytes;
+  out->comm_bytes[PAR_T_ZERO3] = z3_bytes;
+  out->comm_bytes[PAR_T_OFFLOAD] = off_bytes;
+  for (int i = 0; i < PAR_T_COUNT; i++) out->step_time += out->time[i];
+  out->bubble_fraction = mb > 0 ? t_bubble / (mb * t_mb) : 0.0;
+
+  out->flops_step = par_megatron_flops(m, l->global_batch, m->recompute);
+  out->model_flops_step = par_megatron_flops(m, l->global_batch, 0);
+  out->tflops_per_gpu = out->flops_step / out->step_time / world / 1e12;
+  out->mfu = out->model_flops_step / out->step_time / world / peak;
+  out->tokens_per_s = (double)l->global_batch * s / out->step_time;
+  out->days = p->token_budget / out->tokens_per_s / 86400.0;
+
+  /* Fit: device memory of the worst stage, host and NVMe per node. */
+  out->fits = 1;
+  if (out->mem_total > c->gpu_mem_bytes) {
+    int big = 0;
+    for (int i = 1; i < PAR_MEM_COUNT; i++)
+      if (worst->mem[i] > worst->mem[big]) big = i;
+    static const char *names[] = {"parameters", "gradients", "optimizer states", "activations",
+                                  "buffers", "reserved"};
+    snprintf(out->why, sizeof out->why,
+             "needs %.2f GB per device of %.2f GB (largest: %s %.2f GB)", gb(out->mem_total),
+             gb(c->gpu_mem_bytes), names[big], gb(worst->mem[big]));
+    out->fits = 0;
+  } else if (out->cpu_bytes_node > 0 &&
+             out->cpu_bytes_node + p->cpu_reserved_bytes > c->cpu_mem_bytes) {
+    snprintf(out->why, sizeof out->why,
+             "needs %.1f GB of host memory per node (+%.1f GB reserved) of %.1f GB",
+             gb(out->cpu_bytes_node), gb(p->cpu_reserved_bytes), gb(c->cpu_mem_bytes));
+    out->fits = 0;
+  } else if (out->nvme_bytes_node > c->nvme_bytes) {
+    snprintf(out->why, sizeof out->why, "needs %.1f GB of NVMe per node of %.1f GB",
+             gb(out->nvme_bytes_node), gb(c->nvme_bytes));
+    out->fits = 0;
+  }
+  return STRATA_OK;
+}
+
+int par_plan_calibrate(const par_gpt_config_t *m, const par_layout_t *l, const par_cluster_t *c,
+                       const par_plan_params_t *p, double target_tflops, double *eff) {
+  if (!eff || !(target_tflops > 0)) return STRATA_EINVAL;
+  par_plan_params_t q = *plan_params_or_default(p);
+  par_plan_t r;
+  double lo = 0.01, hi = 1.0;
+  /* Predicted TFLOP/s rises monotonically with gemm_efficiency. */
+  q.gemm_efficiency = hi;
+  int rc = par_plan_estimate(m, l, c, &q, &r);
+  if (rc) return rc;
+  if (r.tflops_per_gpu < target_tflops) return STRATA_EINVAL;
+  q.gemm_efficiency = lo;
+  rc = par_plan_estimate(m, l, c, &q, &r);
+  if (rc) return rc;
+  if (r.tflops_per_gpu > target_tflops) return STRATA_EINVAL;
+  for (int it = 0; it < 60; it++) {
+    q.gemm_efficiency = 0.5 * (lo + hi);
+    par_plan_estimate(m, l, c, &q, &r);
+    if (r.tflops_per_gpu < target_tflops) lo = q.gemm_efficiency;
+    else hi = q.gemm_efficiency;
+  }
+  *eff = 0.5 * (lo + hi);
+  return STRATA_OK;
+}
