@@ -196,8 +196,9 @@ STRATA_API int par_ckpt_get_i64(par_ckpt_t *c, const char *name, int64_t *values
 /* ESHAPE naming the attribute and both values when the stored string
  * differs from `expected` (e.g. the model configuration). */
 STRATA_API int par_ckpt_expect_str(par_ckpt_t *c, const char *name, const char *expected);
-/* Closes the .tmp file, makes it durable and renames it onto `path`
- * (rank 0), then frees the handle. The status is the same on every rank. */
+/* Closes the .tmp file, makes it durable (fsync) and renames it onto `path`
+ * (rank 0). The status is the same on every rank. The handle stays valid
+ * for par_ckpt_error; free it with par_ckpt_close. */
 STRATA_API int par_ckpt_commit(par_ckpt_t *c);
 /* Frees the handle; a checkpoint being written is abandoned (.tmp removed).
  * NULL is a no-op. */

@@ -1,0 +1,583 @@
+/* Layout-independent checkpoints in parallel HDF5.
+ *
+ * Every array is one dataset with its global shape; a rank owns a
+ * contiguous range of the flattened (row-major) array, which is a union of
+ * at most 2*ndim-1 hyperslabs of the dataset. Writes are collective (HDF5's
+ * filters, here Fletcher32, need collective writes; a rank with nothing to
+ * write still takes part with an empty selection). Reads are independent,
+ * and every status is reduced over the communicator: a checksum failure
+ * shows only on the rank that reads the damaged chunk, yet every rank must
+ * leave the load the same way.
+ *
+ * Durability: the file is written as "<path>.tmp", closed, fsync'd and then
+ * renamed onto <path> by rank 0, so <path> is always either the previous
+ * complete checkpoint or the new complete one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <strata/parallel.h>
+
+#include "checkpoint_h5.h"
+
+/* Elements per chunk: 256 Ki floats = 1 MiB, large enough for fast I/O and
+ * small enough that a damaged chunk names a small region. */
+#define CHUNK_ELEMS ((hsize_t)1 << 18)
+
+struct par_ckpt {
+  MPI_Comm comm; /* borrowed */
+  int rank, size;
+  hid_t file;
+  int writing;
+  char *path, *tmp;
+  char err[1024];
+};
+
+static void ckpt_free(par_ckpt_t *c) {
+  if (!c) return;
+  free(c->path);
+  free(c->tmp);
+  free(c);
+}
+
+/* Makes rc and the error message of the failing rank (lowest status, then
+ * lowest rank) the result of every rank. */
+static int sync_status(par_ckpt_t *c, int rc) {
+  struct {
+    int rc, rank;
+  } in = {rc, c->rank}, out;
+  if (c->size == 1) return rc;
+  if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, c->comm) != MPI_SUCCESS) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': MPI_Allreduce failed", c->path);
+    return STRATA_EMPI;
+  }
+  if (out.rc != STRATA_OK) MPI_Bcast(c->err, sizeof c->err, MPI_CHAR, out.rank, c->comm);
+  return out.rc;
+}
+
+const char *par_ckpt_error(const par_ckpt_t *c) { return c ? c->err : "no checkpoint handle"; }
+
+static int ckpt_new(const char *path, MPI_Comm comm, int writing, par_ckpt_t **out, char *err,
+                    size_t errlen) {
+  par_ckpt_t *c = calloc(1, sizeof *c);
+  size_t n = path ? strlen(path) : 0;
+  if (!c || !path || !(c->path = strdup(path)) || !(c->tmp = malloc(n + 5))) {
+    if (err && errlen) snprintf(err, errlen, "checkpoint: %s", path ? "out of memory" : "no path");
+    ckpt_free(c);
+    return path ? STRATA_ENOMEM : STRATA_EINVAL;
+  }
+  snprintf(c->tmp, n + 5, "%s.tmp", path);
+  c->comm = comm, c->file = -1, c->writing = writing;
+  MPI_Comm_rank(comm, &c->rank);
+  MPI_Comm_size(comm, &c->size);
+  *out = c;
+  return STRATA_OK;
+}
+
+static hid_t mpio_fapl(MPI_Comm comm) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return -1;
+  /* 1.8+ format: superblock, object headers and B-trees carry checksums,
+   * so damaged metadata is detected too, not only damaged data. */
+  if (H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL) < 0 ||
+      H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST) < 0) {
+    H5Pclose(fapl);
+    return -1;
+  }
+  return fapl;
+}
+
+int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, size_t errlen) {
+  par_ckpt_t *c = NULL;
+  char h5[256];
+  hid_t fapl = -1, fcpl = -1;
+  if (!out) return STRATA_EINVAL;
+  *out = NULL;
+  h5_quiet();
+  int rc = ckpt_new(path, comm, 1, &c, err, errlen);
+  if (rc != STRATA_OK) return rc;
+  fapl = mpio_fapl(comm);
+  fcpl = H5Pcreate(H5P_FILE_CREATE);
+  if (fcpl >= 0) H5Pset_attr_phase_change(fcpl, 0, 0); /* recipe text may exceed 64 KiB */
+  errno = 0;
+  if (fapl < 0 || fcpl < 0 || (c->file = H5Fcreate(c->tmp, H5F_ACC_TRUNC, fcpl, fapl)) < 0) {
+    int e = errno;
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': cannot create '%s': %s", path, c->tmp,
+             e ? strerror(e) : h5_last_error(h5, sizeof h5));
+    rc = STRATA_EIO;
+  }
+  if (fcpl >= 0) H5Pclose(fcpl);
+  if (fapl >= 0) H5Pclose(fapl);
+  rc = sync_status(c, rc);
+  if (rc != STRATA_OK) {
+    if (err && errlen) snprintf(err, errlen, "%s", c->err);
+    if (c->file >= 0) H5Fclose(c->file);
+    ckpt_free(c);
+    return rc;
+  }
+  *out = c;
+  return STRATA_OK;
+}
+
+int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, size_t errlen) {
+  par_ckpt_t *c = NULL;
+  char h5[256];
+  struct stat sb;
+  if (!out) return STRATA_EINVAL;
+  *out = NULL;
+  h5_quiet();
+  int rc = ckpt_new(path, comm, 0, &c, err, errlen);
+  if (rc != STRATA_OK) return rc;
+  hid_t fapl = mpio_fapl(comm);
+  if (stat(path, &sb) != 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': %s", path, strerror(errno));
+    rc = STRATA_EIO;
+  } else if (fapl < 0 || (c->file = H5Fopen(path, H5F_ACC_RDONLY, fapl)) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': not a complete HDF5 file (%s)", path,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  }
+  if (fapl >= 0) H5Pclose(fapl);
+  rc = sync_status(c, rc);
+  if (rc != STRATA_OK) {
+    if (err && errlen) snprintf(err, errlen, "%s", c->err);
+    if (c->file >= 0) H5Fclose(c->file);
+    ckpt_free(c);
+    return rc;
+  }
+  *out = c;
+  return STRATA_OK;
+}
+
+static int64_t total_of(int ndim, const int64_t *shape) {
+  int64_t t = 1;
+  for (int i = 0; i < ndim; i++) t *= shape[i];
+  return t;
+}
+
+static void shape_str(char *buf, size_t len, int ndim, const int64_t *shape) {
+  size_t k = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < ndim && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? "," : "", (long long)shape[i]);
+  if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+/* Checks name/shape/range arguments (locally; the caller reduces). */
+static int check_args(par_ckpt_t *c, const char *what, const char *name, int ndim,
+                      const int64_t *shape, int64_t offset, int64_t count, const void *data) {
+  if (!name || !*name || ndim < 1 || ndim > PAR_CKPT_MAX_DIMS || !shape) {
+    snprintf(c->err, sizeof c->err, "checkpoint %s: bad name or rank (ndim %d)", what, ndim);
+    return STRATA_EINVAL;
+  }
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 1) {
+      snprintf(c->err, sizeof c->err, "checkpoint %s '%s': dimension %d is %lld", what, name, i,
+               (long long)shape[i]);
+      return STRATA_EINVAL;
+    }
+  int64_t total = total_of(ndim, shape);
+  if (offset < 0 || count < 0 || offset + count > total || (count > 0 && !data)) {
+    snprintf(c->err, sizeof c->err,
+             "checkpoint %s '%s': range [%lld, %lld) outside the %lld elements", what, name,
+             (long long)offset, (long long)(offset + count), (long long)total);
+    return STRATA_EINVAL;
+  }
+  return STRATA_OK;
+}
+
+/* Adds the flat range [a, b) of the sub-array dims[level..] at the fixed
+ * leading indices pre[0..level) to the selection of space. */
+static herr_t select_range(hid_t space, int ndim, const hsize_t *dims, hsize_t *pre, int level,
+                           hsize_t a, hsize_t b, int *first) {
+  hsize_t start[PAR_CKPT_MAX_DIMS], cnt[PAR_CKPT_MAX_DIMS], inner = 1;
+  if (a >= b) return 0;
+  if (level < 0 || level >= ndim || ndim > PAR_CKPT_MAX_DIMS) return -1;
+  for (int i = level + 1; i < ndim; i++) inner *= dims[i];
+  if (level < ndim - 1 && a % inner) { /* partial leading row: recurse into it */
+    hsize_t row = a / inner, end = (row + 1) * inner < b ? (row + 1) * inner : b;
+    pre[level] = row;
+    if (select_range(space, ndim, dims, pre, level + 1, a - row * inner, end - row * inner,
+                     first) < 0)
+      return -1;
+    a = end;
+  }
+  hsize_t rows = (b - a) / inner;
+  if (rows > 0) { /* whole rows of this level */
+    for (int i = 0; i < level; i++) start[i] = pre[i], cnt[i] = 1;
+    start[level] = a / inner, cnt[level] = rows;
+    for (int i = level + 1; i < ndim; i++) start[i] = 0, cnt[i] = dims[i];
+    if (H5Sselect_hyperslab(space, *first ? H5S_SELECT_SET : H5S_SELECT_OR, start, NULL, cnt,
+                            NULL) < 0)
+      return -1;
+    *first = 0;
+    a += rows * inner;
+  }
+  if (a < b) { /* partial trailing row */
+    hsize_t row = a / inner;
+    pre[level] = row;
+    return select_range(space, ndim, dims, pre, level + 1, 0, b - row * inner, first);
+  }
+  return 0;
+}
+
+static herr_t select_flat(hid_t space, int ndim, const hsize_t *dims, int64_t offset,
+                          int64_t count) {
+  hsize_t pre[PAR_CKPT_MAX_DIMS] = {0};
+  int first = 1;
+  if (count == 0) return H5Sselect_none(space);
+  return select_range(space, ndim, dims, pre, 0, (hsize_t)offset, (hsize_t)(offset + count),
+                      &first);
+}
+
+int par_ckpt_write(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape,
+                   int64_t offset, int64_t count, const float *data) {
+  char h5[256];
+  hid_t space = -1, mem = -1, dcpl = -1, lcpl = -1, ds = -1, xfer = -1;
+  hsize_t dims[PAR_CKPT_MAX_DIMS], chunk[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
+  if (!c) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = c->writing ? check_args(c, "write", name, ndim, shape, offset, count, data)
+                      : STRATA_ESTATE;
+  if (rc == STRATA_ESTATE)
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': opened for reading", c->path);
+  if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
+  /* Chunks: whole trailing dimensions, enough leading rows for ~1 MiB. */
+  hsize_t inner = 1;
+  for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
+  for (int i = ndim - 1; i >= 1; i--) {
+    chunk[i] = dims[i];
+    inner *= dims[i];
+  }
+  chunk[0] = inner >= CHUNK_ELEMS ? 1 : CHUNK_ELEMS / inner;
+  if (chunk[0] > dims[0]) chunk[0] = dims[0];
+  if (inner > ((hsize_t)1 << 30)) {
+    snprintf(c->err, sizeof c->err, "checkpoint write '%s': rows of %llu elements are too long",
+             name, (unsigned long long)inner);
+    return sync_status(c, STRATA_EINVAL);
+  }
+  if ((space = H5Screate_simple(ndim, dims, NULL)) < 0 || (mem = H5Screate_simple(1, &n, NULL)) < 0 ||
+      (dcpl = H5Pcreate(H5P_DATASET_CREATE)) < 0 || (lcpl = H5Pcreate(H5P_LINK_CREATE)) < 0 ||
+      (xfer = H5Pcreate(H5P_DATASET_XFER)) < 0 || H5Pset_chunk(dcpl, ndim, chunk) < 0 ||
+      H5Pset_fletcher32(dcpl) < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+      H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE) < 0)
+    goto h5fail;
+  if ((ds = H5Dcreate2(c->file, name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
+    goto h5fail;
+  if (select_flat(space, ndim, dims, offset, count) < 0) goto h5fail;
+  if (count == 0 && H5Sselect_none(mem) < 0) goto h5fail;
+  if (H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, xfer, data) < 0) goto h5fail;
+  goto done;
+h5fail:
+  snprintf(c->err, sizeof c->err, "checkpoint '%s': writing '%s': %s", c->path, name,
+           h5_last_error(h5, sizeof h5));
+  rc = STRATA_EHDF5;
+done:
+  if (ds >= 0) H5Dclose(ds);
+  if (xfer >= 0) H5Pclose(xfer);
+  if (lcpl >= 0) H5Pclose(lcpl);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (mem >= 0) H5Sclose(mem);
+  if (space >= 0) H5Sclose(space);
+  return sync_status(c, rc);
+}
+
+/* H5Lexists fails (instead of answering no) when a parent group is missing. */
+static int link_exists(hid_t f, const char *name) {
+  char *p = strdup(name);
+  int ok = p != NULL;
+  for (char *s = p ? strchr(p + 1, '/') : NULL; ok && s; s = strchr(s + 1, '/')) {
+    *s = 0;
+    ok = H5Lexists(f, p, H5P_DEFAULT) > 0;
+    *s = '/';
+  }
+  if (ok) ok = H5Lexists(f, p, H5P_DEFAULT) > 0;
+  free(p);
+  return ok;
+}
+
+/* Opens dataset name and reads its shape (local). */
+static int stored_shape(par_ckpt_t *c, const char *name, hid_t *ds, int *ndim, int64_t *shape) {
+  char h5[256];
+  hsize_t d[PAR_CKPT_MAX_DIMS];
+  hid_t space = -1;
+  int rc = STRATA_OK;
+  int ex = link_exists(c->file, name);
+  if (!ex) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s' has no array '%s'", c->path, name);
+    return STRATA_ENOTFOUND;
+  }
+  if ((*ds = H5Dopen2(c->file, name, H5P_DEFAULT)) < 0 || (space = H5Dget_space(*ds)) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': opening '%s': %s", c->path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+    goto done;
+  }
+  int nd = H5Sget_simple_extent_ndims(space);
+  if (nd < 1 || nd > PAR_CKPT_MAX_DIMS || H5Sget_simple_extent_dims(space, d, NULL) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': '%s' has %d dimensions", c->path, name, nd);
+    rc = STRATA_ECORRUPT;
+    goto done;
+  }
+  *ndim = nd;
+  for (int i = 0; i < nd; i++) shape[i] = (int64_t)d[i];
+done:
+  if (space >= 0) H5Sclose(space);
+  return rc;
+}
+
+int par_ckpt_shape(par_ckpt_t *c, const char *name, int *ndim, int64_t *shape) {
+  hid_t ds = -1;
+  if (!c || !name || !ndim || !shape) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = stored_shape(c, name, &ds, ndim, shape);
+  if (ds >= 0) H5Dclose(ds);
+  return sync_status(c, rc);
+}
+
+int par_ckpt_read(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape,
+                  int64_t offset, int64_t count, float *data) {
+  char h5[256], a[96], b[96];
+  hid_t ds = -1, space = -1, mem = -1;
+  int snd = 0;
+  int64_t sshape[PAR_CKPT_MAX_DIMS];
+  hsize_t dims[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
+  if (!c) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = check_args(c, "read", name, ndim, shape, offset, count, data);
+  if (rc == STRATA_OK) rc = stored_shape(c, name, &ds, &snd, sshape);
+  if (rc == STRATA_OK) {
+    int same = snd == ndim;
+    for (int i = 0; same && i < ndim; i++) same = sshape[i] == shape[i];
+    if (!same) {
+      shape_str(a, sizeof a, snd, sshape);
+      shape_str(b, sizeof b, ndim, shape);
+      snprintf(c->err, sizeof c->err,
+               "checkpoint '%s': array '%s' has shape %s, the model expects %s", c->path, name, a,
+               b);
+      rc = STRATA_ESHAPE;
+    }
+  }
+  if (rc == STRATA_OK && count > 0) {
+    for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
+    if ((space = H5Dget_space(ds)) < 0 || (mem = H5Screate_simple(1, &n, NULL)) < 0 ||
+        select_flat(space, ndim, dims, offset, count) < 0) {
+      snprintf(c->err, sizeof c->err, "checkpoint '%s': selecting in '%s': %s", c->path, name,
+               h5_last_error(h5, sizeof h5));
+      rc = STRATA_EHDF5;
+    } else if (H5Dread(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, data) < 0) {
+      snprintf(c->err, sizeof c->err,
+               "checkpoint '%s': array '%s' failed its checksum or could not be read (%s)",
+               c->path, name, h5_last_error(h5, sizeof h5));
+      rc = STRATA_ECORRUPT;
+    }
+  }
+  if (mem >= 0) H5Sclose(mem);
+  if (space >= 0) H5Sclose(space);
+  if (ds >= 0) H5Dclose(ds);
+  return sync_status(c, rc);
+}
+
+/* Broadcasts rank 0's string so that every rank writes the same attribute
+ * (parallel HDF5 requires identical metadata writes). *out: malloc'd. */
+static int bcast_str(par_ckpt_t *c, const char *value, char **out) {
+  long long n = c->rank == 0 ? (long long)strlen(value) : 0;
+  *out = NULL;
+  if (c->size > 1) MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, c->comm);
+  else n = (long long)strlen(value);
+  char *s = malloc((size_t)n + 1);
+  int ok = s != NULL, all = ok;
+  if (c->size > 1) MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->comm);
+  if (!all) {
+    free(s);
+    return STRATA_ENOMEM;
+  }
+  if (c->rank == 0) memcpy(s, value, (size_t)n);
+  if (c->size > 1 && n > 0) {
+    for (long long o = 0; o < n; o += 1 << 30) {
+      int len = (int)(n - o < (1 << 30) ? n - o : (1 << 30));
+      MPI_Bcast(s + o, len, MPI_CHAR, 0, c->comm);
+    }
+  }
+  s[n] = 0;
+  *out = s;
+  return STRATA_OK;
+}
+
+int par_ckpt_set_str(par_ckpt_t *c, const char *name, const char *value) {
+  char h5[256], *v = NULL;
+  if (!c) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = (!name || !*name || !value) ? STRATA_EINVAL : c->writing ? STRATA_OK : STRATA_ESTATE;
+  if (rc != STRATA_OK)
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': set_str: %s", c->path,
+             rc == STRATA_ESTATE ? "opened for reading" : "bad name or value");
+  if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
+  if ((rc = bcast_str(c, value, &v)) != STRATA_OK) {
+    snprintf(c->err, sizeof c->err, "checkpoint: out of memory");
+    return rc;
+  }
+  if (h5_set_str_attr(c->file, name, v) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': %s", c->path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_EHDF5;
+  }
+  free(v);
+  return sync_status(c, rc);
+}
+
+int par_ckpt_set_i64(par_ckpt_t *c, const char *name, const int64_t *values, int n) {
+  char h5[256];
+  hid_t space = -1, attr = -1;
+  int64_t *v = NULL;
+  if (!c) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = (!name || !*name || n < 1 || !values) ? STRATA_EINVAL
+           : c->writing                           ? STRATA_OK
+                                                  : STRATA_ESTATE;
+  if (rc != STRATA_OK)
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': set_i64: %s", c->path,
+             rc == STRATA_ESTATE ? "opened for reading" : "bad name or count");
+  if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
+  if (!(v = malloc((size_t)n * sizeof *v))) rc = STRATA_ENOMEM;
+  if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
+  memcpy(v, values, (size_t)n * sizeof *v);
+  if (c->size > 1) MPI_Bcast(v, n, MPI_INT64_T, 0, c->comm);
+  hsize_t dims = (hsize_t)n;
+  if ((H5Aexists(c->file, name) > 0 && H5Adelete(c->file, name) < 0) ||
+      (space = H5Screate_simple(1, &dims, NULL)) < 0 ||
+      (attr = H5Acreate2(c->file, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
+      H5Awrite(attr, H5T_NATIVE_INT64, v) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': %s", c->path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_EHDF5;
+  }
+  if (attr >= 0) H5Aclose(attr);
+  if (space >= 0) H5Sclose(space);
+  free(v);
+  return sync_status(c, rc);
+}
+
+static int attr_missing(par_ckpt_t *c, const char *name) {
+  if (H5Aexists(c->file, name) > 0) return 0;
+  snprintf(c->err, sizeof c->err, "checkpoint '%s' has no attribute '%s'", c->path, name);
+  return 1;
+}
+
+int par_ckpt_get_str(par_ckpt_t *c, const char *name, char **value) {
+  char h5[256];
+  if (!c || !name || !value) return STRATA_EINVAL;
+  h5_quiet();
+  *value = NULL;
+  int rc = STRATA_OK;
+  if (attr_missing(c, name)) rc = STRATA_ENOTFOUND;
+  else if (!(*value = h5_get_str_attr(c->file, name))) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s' is not a readable string (%s)",
+             c->path, name, h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  }
+  rc = sync_status(c, rc);
+  if (rc != STRATA_OK) {
+    free(*value);
+    *value = NULL;
+  }
+  return rc;
+}
+
+int par_ckpt_get_i64(par_ckpt_t *c, const char *name, int64_t *values, int n) {
+  char h5[256];
+  hid_t attr = -1, space = -1;
+  if (!c || !name || !values || n < 1) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = STRATA_OK;
+  if (attr_missing(c, name)) {
+    rc = STRATA_ENOTFOUND;
+  } else if ((attr = H5Aopen(c->file, name, H5P_DEFAULT)) < 0 ||
+             (space = H5Aget_space(attr)) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': %s", c->path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  } else if (H5Sget_simple_extent_npoints(space) != n) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s' holds %lld values, not %d",
+             c->path, name, (long long)H5Sget_simple_extent_npoints(space), n);
+    rc = STRATA_ESHAPE;
+  } else if (H5Aread(attr, H5T_NATIVE_INT64, values) < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': %s", c->path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  }
+  if (space >= 0) H5Sclose(space);
+  if (attr >= 0) H5Aclose(attr);
+  return sync_status(c, rc);
+}
+
+int par_ckpt_expect_str(par_ckpt_t *c, const char *name, const char *expected) {
+  char *v = NULL;
+  if (!c || !name || !expected) return STRATA_EINVAL;
+  int rc = par_ckpt_get_str(c, name, &v);
+  if (rc == STRATA_OK && strcmp(v, expected) != 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': %s is '%s', expected '%s'", c->path, name,
+             v, expected);
+    rc = STRATA_ESHAPE;
+  }
+  free(v);
+  return rc; /* every rank read the same attribute */
+}
+
+/* fsync a file or directory by path (best effort for directories). */
+static int sync_path(const char *path, int dir) {
+  int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return dir ? 0 : -1;
+  int r = fsync(fd);
+  close(fd);
+  return dir ? 0 : r;
+}
+
+int par_ckpt_commit(par_ckpt_t *c) {
+  char h5[256];
+  if (!c) return STRATA_EINVAL;
+  h5_quiet();
+  int rc = STRATA_OK;
+  if (!c->writing) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': commit of a checkpoint opened for reading",
+             c->path);
+    rc = STRATA_ESTATE;
+  }
+  if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
+  herr_t hr = H5Fclose(c->file);
+  c->file = -1;
+  if (hr < 0) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': closing '%s': %s", c->path, c->tmp,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_EHDF5;
+  }
+  rc = sync_status(c, rc);
+  if (rc == STRATA_OK && c->rank == 0) {
+    if (sync_path(c->tmp, 0) != 0 || rename(c->tmp, c->path) != 0) {
+      snprintf(c->err, sizeof c->err, "checkpoint '%s': cannot move '%s' into place: %s",
+               c->path, c->tmp, strerror(errno));
+      rc = STRATA_EIO;
+    } else {
+      char *d = strdup(c->path);
+      if (d) sync_path(dirname(d), 1);
+      free(d);
+    }
+  }
+  if (rc != STRATA_OK && c->rank == 0) unlink(c->tmp);
+  rc = sync_status(c, rc);
+  c->writing = 0;
+  return rc;
+}
+
+void par_ckpt_close(par_ckpt_t *c) {
+  if (!c) return;
+  if (c->file >= 0) H5Fclose(c->file);
+  if (c->writing) { /* abandoned: every rank returns once the .tmp is gone */
+    if (c->rank == 0) unlink(c->tmp);
+    if (c->size > 1) MPI_Barrier(c->comm);
+  }
+  ckpt_free(c);
+}
