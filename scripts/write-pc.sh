@@ -8,7 +8,7 @@ libdir=\${prefix}/lib
 includedir=\${prefix}/include
 
 Name: $name
-Description: strata $name (a C toolkit for training large transformers)
+Description: strata lib${name#strata-} (a C toolkit for training large transformers)
 Version: $version
 Requires: $requires
 Libs: -L\${libdir} -Wl,-rpath,\${libdir} -l$lib

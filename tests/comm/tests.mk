@@ -1,0 +1,6 @@
+# libcomm tests: a 1-rank Criterion suite and multi-rank programs under mpirun.
+$(eval $(call strata_criterion,test_comm,tests/comm/unit.c,comm))
+$(eval $(call strata_program,comm_collectives,tests/comm/mpi_collectives.c,comm))
+$(eval $(call strata_program,comm_mesh,tests/comm/mpi_mesh.c,comm))
+$(eval $(call strata_program,comm_watchdog,tests/comm/mpi_watchdog.c,comm))
+TEST_SUITES += mpi:tests/comm/mpi.list sh:tests/comm/watchdog_abort.sh
