@@ -1,0 +1,292 @@
+/* Schedules, clipping, the dynamic loss scaler (with inf/nan gradients),
+ * bad hyper-parameters and device requests. */
+#include "ref.h"
+
+/* ---- learning-rate schedules against their closed forms ---- */
+
+Test(schedule, warmup_then_decay) {
+  optim_schedule s = {OPTIM_SCHED_POLY, 10, 110, 2.0, 0.1};
+  cr_assert_float_eq(optim_schedule_factor(&s, 0), 0.1, 1e-12);
+  cr_assert_float_eq(optim_schedule_factor(&s, 4), 0.5, 1e-12);
+  cr_assert_float_eq(optim_schedule_factor(&s, 10), 1.0, 1e-12);
+  /* q = 0.5: 0.1 + 0.9 * 0.25 */
+  cr_assert_float_eq(optim_schedule_factor(&s, 60), 0.325, 1e-12);
+  cr_assert_float_eq(optim_schedule_factor(&s, 110), 0.1, 1e-12);
+  cr_assert_float_eq(optim_schedule_factor(&s, 500), 0.1, 1e-12);
+  s.kind = OPTIM_SCHED_COSINE;
+  s.end = 0.0;
+  cr_assert_float_eq(optim_schedule_factor(&s, 60), 0.5, 1e-12);
+  /* q = 0.25: (1 + cos(pi / 4)) / 2 */
+  cr_assert_float_eq(optim_schedule_factor(&s, 35), (1 + sqrt(0.5)) / 2, 1e-12);
+  s.kind = OPTIM_SCHED_CONSTANT;
+  cr_assert_float_eq(optim_schedule_factor(&s, 3), 0.4, 1e-12);
+  cr_assert_float_eq(optim_schedule_factor(&s, 1000), 1.0, 1e-12);
+}
+
+/* The handle applies the schedule: SGD with g = 1 moves p by lr f(t). */
+Test(schedule, applied_by_step) {
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  cfg.kind = OPTIM_SGD;
+  optim *o = NULL;
+  cr_assert_eq(optim_create(&o, &cfg, NULL, 0), 0);
+  optim_group g = optim_group_defaults(OPTIM_SGD);
+  g.lr = 1.0f;
+  int id;
+  cr_assert_eq(optim_add_group(o, &g, &id), 0);
+  optim_schedule s = {OPTIM_SCHED_COSINE, 2, 6, 1.0, 0.0};
+  cr_assert_eq(optim_set_schedule(o, &s), 0);
+  float p = 0, gr = 1;
+  optim_tensor t = {.param = &p, .grad = &gr, .group = id, .n = 1};
+  double want = 0;
+  for (long k = 0; k < 8; k++) {
+    float lr;
+    cr_assert_eq(optim_current_lr(o, id, &lr), 0);
+    cr_assert_float_eq(lr, optim_schedule_factor(&s, k), 1e-7);
+    want -= optim_schedule_factor(&s, k);
+    cr_assert_eq(optim_step(o, &t, 1, 1.0f), 0);
+    cr_assert_float_eq(p, want, 1e-6, "step %ld: %g vs %g", k, p, want);
+  }
+  optim_destroy(o);
+}
+
+/* ---- clipping ---- */
+
+Test(clip, grad_scale) {
+  float gs;
+  double norm;
+  /* loss scale 8, scaled grads with sum of squares 64 * 25: ||g|| = 5 */
+  cr_assert_eq(optim_grad_scale(64.0 * 25.0, 8.0f, 1.0f, &gs, &norm), 0);
+  cr_assert_float_eq(norm, 5.0, 1e-12);
+  cr_assert_float_eq(gs, (1.0 / 8.0) * (1.0 / (5.0 + 1e-6)), 1e-9);
+  /* below the threshold: only unscaled */
+  cr_assert_eq(optim_grad_scale(64.0 * 25.0, 8.0f, 10.0f, &gs, NULL), 0);
+  cr_assert_float_eq(gs, 0.125, 1e-9);
+  cr_assert_eq(optim_grad_scale(64.0, 8.0f, 0.0f, &gs, NULL), 0);
+  cr_assert_float_eq(gs, 0.125, 1e-9);
+  cr_assert_eq(optim_grad_scale(INFINITY, 8.0f, 1.0f, &gs, &norm), 0);
+  cr_assert(gs == 0.0f && isinf(norm));
+  cr_assert_eq(optim_grad_scale(NAN, 8.0f, 1.0f, &gs, &norm), 0);
+  cr_assert(gs == 0.0f && isnan(norm));
+  cr_assert_eq(optim_grad_scale(1.0, 0.0f, 1.0f, &gs, NULL), STRATA_EINVAL);
+}
+
+Test(clip, sumsq_detects_nonfinite) {
+  optim *o = NULL;
+  cr_assert_eq(optim_create(&o, NULL, NULL, 0), 0);
+  const size_t n = 50000;
+  float *g = malloc(n * 4);
+  double want = 0;
+  for (size_t i = 0; i < n; i++) {
+    g[i] = (float)(i % 7) - 3.0f;
+    want += (double)g[i] * g[i];
+  }
+  optim_tensor t[2] = {{.grad = g, .n = n}, {.grad = g + 10, .n = 3}};
+  double s[2];
+  cr_assert_eq(optim_grad_sumsq(o, s, t, 2), 0);
+  cr_assert_float_eq(s[0], want, 1e-9 * want);
+  cr_assert_float_eq(s[1], 0 + 1 + 4, 1e-12); /* g[10..12] = 0, 1, 2 */
+  g[n - 1] = INFINITY;
+  cr_assert_eq(optim_grad_sumsq(o, s, t, 1), 0);
+  cr_assert(!isfinite(s[0]));
+  g[n - 1] = NAN;
+  cr_assert_eq(optim_grad_sumsq(o, s, t, 1), 0);
+  cr_assert(isnan(s[0]));
+  free(g);
+  optim_destroy(o);
+}
+
+/* ---- dynamic loss scaler ---- */
+
+Test(scaler, skip_shrink_grow) {
+  optim_scaler *s = NULL;
+  optim_scaler_config c = OPTIM_SCALER_DEFAULTS;
+  c.init_scale = 1024.0f;
+  c.window = 3;
+  c.min_scale = 256.0f;
+  c.max_scale = 4096.0f;
+  cr_assert_eq(optim_scaler_create(&s, &c, NULL, 0), 0);
+  int skip;
+  cr_assert_eq(optim_scaler_update(s, 1, &skip), 0);
+  cr_assert(skip == 1 && optim_scaler_scale(s) == 512.0f);
+  cr_assert_eq(optim_scaler_update(s, 1, &skip), 0);
+  cr_assert_eq(optim_scaler_update(s, 1, &skip), 0);
+  cr_assert(skip == 1 && optim_scaler_scale(s) == 256.0f); /* floor */
+  cr_assert_eq(optim_scaler_skipped(s), 3);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(optim_scaler_update(s, 0, &skip), 0);
+    cr_assert(skip == 0 && optim_scaler_scale(s) == 256.0f);
+  }
+  cr_assert_eq(optim_scaler_update(s, 0, &skip), 0);
+  cr_assert(optim_scaler_scale(s) == 512.0f && optim_scaler_good_steps(s) == 0);
+  for (int i = 0; i < 9; i++) cr_assert_eq(optim_scaler_update(s, 0, &skip), 0);
+  cr_assert(optim_scaler_scale(s) == 4096.0f); /* ceiling */
+  optim_scaler_destroy(s);
+}
+
+/* A full fp16-style loop: gradients arrive multiplied by the scale; at step
+ * 3 one shard holds an inf and at step 5 a nan. Those steps must be skipped
+ * (parameters, moments and the bias-correction step untouched) and the
+ * result must equal the reference AdamW run on the good steps only, with
+ * gradients unscaled. */
+Test(scaler, adamw_skips_nonfinite_steps) {
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  optim *o = NULL;
+  cr_assert_eq(optim_create(&o, &cfg, NULL, 0), 0);
+  optim_group g = optim_group_defaults(OPTIM_ADAMW);
+  g.lr = 0.01f;
+  int id;
+  cr_assert_eq(optim_add_group(o, &g, &id), 0);
+  optim_scaler *sc = NULL;
+  optim_scaler_config sconf = OPTIM_SCALER_DEFAULTS;
+  sconf.window = 2;
+  cr_assert_eq(optim_scaler_create(&sc, &sconf, NULL, 0), 0);
+  enum { N = 300, STEPS = 8 };
+  float p[N], m[N] = {0}, v[N] = {0}, gu[N], gsc[N];
+  rng_t rng = {99};
+  rng_fill(&rng, p, N, 1.0);
+  ref_tensor r = ref_new(p, N);
+  optim_tensor t[2] = {{.param = p, .grad = gsc, .m = m, .v = v, .group = id, .n = 200},
+                       {.param = p + 200, .grad = gsc + 200, .m = m + 200, .v = v + 200, .group = id, .n = 100}};
+  long good = 0;
+  for (int s = 1; s <= STEPS; s++) {
+    rng_fill(&rng, gu, N, 0.1);
+    float scale = optim_scaler_scale(sc);
+    for (int i = 0; i < N; i++) gsc[i] = gu[i] * scale;
+    if (s == 3) gsc[250] = INFINITY;
+    if (s == 5) gsc[17] = NAN;
+    double ss[2];
+    cr_assert_eq(optim_grad_sumsq(o, ss, t, 2), 0);
+    float gs;
+    cr_assert_eq(optim_grad_scale(ss[0] + ss[1], scale, 0.0f, &gs, NULL), 0);
+    int skip;
+    cr_assert_eq(optim_scaler_update(sc, !isfinite(ss[0] + ss[1]), &skip), 0);
+    cr_assert_eq(skip, s == 3 || s == 5, "step %d skip %d", s, skip);
+    if (skip) {
+      cr_assert(optim_scaler_scale(sc) == scale * 0.5f);
+      continue;
+    }
+    good++;
+    ref_adamw(&r, gu, 1.0, &g, g.lr, good);
+    cr_assert_eq(optim_step(o, t, 2, gs), 0, "%s", optim_last_error(o));
+    cr_assert_eq(optim_get_step(o), good);
+    /* unscaling by a power of two is exact: the reference tolerance of
+     * test_update.c applies */
+    expect_close(p, r.p, N, 4e-6, 4e-6, "adamw under the loss scaler");
+  }
+  cr_assert_eq(optim_scaler_skipped(sc), 2);
+  ref_free(&r);
+  optim_scaler_destroy(sc);
+  optim_destroy(o);
+}
+
+/* ---- bad input: a status and a message naming the value ---- */
+
+static void expect_group_error(int kind, optim_group g, const char *needle) {
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  cfg.kind = kind;
+  optim *o = NULL;
+  cr_assert_eq(optim_create(&o, &cfg, NULL, 0), 0);
+  int id = -1;
+  cr_assert_eq(optim_add_group(o, &g, &id), STRATA_EINVAL);
+  cr_assert_eq(id, -1);
+  cr_assert(strstr(optim_last_error(o), needle), "message '%s' lacks '%s'", optim_last_error(o), needle);
+  optim_destroy(o);
+}
+
+Test(errors, bad_hyper_parameters) {
+  optim_group g = optim_group_defaults(OPTIM_ADAMW);
+  g.lr = -0.1f;
+  expect_group_error(OPTIM_ADAMW, g, "lr = -0.1");
+  g = optim_group_defaults(OPTIM_ADAMW);
+  g.beta1 = 1.0f;
+  expect_group_error(OPTIM_ADAMW, g, "beta1 = 1");
+  g = optim_group_defaults(OPTIM_LAMB);
+  g.beta2 = -0.5f;
+  expect_group_error(OPTIM_LAMB, g, "beta2 = -0.5");
+  g = optim_group_defaults(OPTIM_ADAMW);
+  g.eps = 0.0f;
+  expect_group_error(OPTIM_ADAMW, g, "eps = 0");
+  g = optim_group_defaults(OPTIM_ADAMW);
+  g.eps = -1e-8f;
+  expect_group_error(OPTIM_ADAMW, g, "eps = -1e-08");
+  g = optim_group_defaults(OPTIM_SGD);
+  g.momentum = 1.5f;
+  expect_group_error(OPTIM_SGD, g, "momentum = 1.5");
+  g = optim_group_defaults(OPTIM_LARS);
+  g.trust_coef = 0.0f;
+  expect_group_error(OPTIM_LARS, g, "trust_coef = 0");
+  g = optim_group_defaults(OPTIM_LAMB);
+  g.phi_min = 3.0f;
+  g.phi_max = 2.0f;
+  expect_group_error(OPTIM_LAMB, g, "phi_min 3");
+  g = optim_group_defaults(OPTIM_ADAMW);
+  g.weight_decay = NAN;
+  expect_group_error(OPTIM_ADAMW, g, "weight_decay = nan");
+}
+
+Test(errors, mismatched_lengths_and_state) {
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  cfg.kind = OPTIM_LAMB;
+  optim *o = NULL;
+  cr_assert_eq(optim_create(&o, &cfg, NULL, 0), 0);
+  int id;
+  cr_assert_eq(optim_add_group(o, NULL, &id), 0);
+  float p[4] = {1, 2, 3, 4}, g[4] = {1, 1, 1, 1}, m[4] = {0}, v[4] = {0};
+  optim_tensor t = {.param = p, .grad = g, .m = m, .v = v, .group = id, .n = 4};
+  double sums[4];
+  cr_assert_eq(optim_partials(o, sums, 3, &t, 1, 1.0f), STRATA_EINVAL);
+  cr_assert(strstr(optim_last_error(o), "length 3"), "%s", optim_last_error(o));
+  /* apply before phase one */
+  cr_assert_eq(optim_apply(o, &t, 1, sums, 2, 1.0f), STRATA_ESTATE);
+  cr_assert_eq(optim_partials(o, sums, 2, &t, 1, 1.0f), 0);
+  cr_assert_eq(optim_partials(o, sums, 2, &t, 1, 1.0f), STRATA_ESTATE);
+  cr_assert_eq(optim_apply(o, &t, 1, sums, 4, 1.0f), STRATA_EINVAL);
+  cr_assert_eq(optim_apply(o, &t, 1, sums, 2, 1.0f), 0);
+  /* missing state, bad group, bad grad scale */
+  t.v = NULL;
+  cr_assert_eq(optim_step(o, &t, 1, 1.0f), STRATA_EINVAL);
+  cr_assert(strstr(optim_last_error(o), "lacks"), "%s", optim_last_error(o));
+  t.v = v;
+  t.group = 5;
+  cr_assert_eq(optim_step(o, &t, 1, 1.0f), STRATA_EINVAL);
+  cr_assert(strstr(optim_last_error(o), "group 5"), "%s", optim_last_error(o));
+  t.group = id;
+  cr_assert_eq(optim_step(o, &t, 1, NAN), STRATA_EINVAL);
+  cr_assert_eq(optim_get_step(o), 1);
+  optim_schedule s = {OPTIM_SCHED_POLY, 10, 5, 1.0, 0.0};
+  cr_assert_eq(optim_set_schedule(o, &s), STRATA_EINVAL);
+  cr_assert(strstr(optim_last_error(o), "total = 5"), "%s", optim_last_error(o));
+  optim_destroy(o);
+  optim_destroy(NULL);
+}
+
+Test(errors, bad_config) {
+  optim *o = NULL;
+  char err[256];
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  cfg.kind = 9;
+  cr_assert_eq(optim_create(&o, &cfg, err, sizeof err), STRATA_EINVAL);
+  cr_assert_null(o);
+  cr_assert(strstr(err, "kind 9"), "%s", err);
+  optim_scaler *s = NULL;
+  optim_scaler_config sc = OPTIM_SCALER_DEFAULTS;
+  sc.backoff = 1.5f;
+  cr_assert_eq(optim_scaler_create(&s, &sc, err, sizeof err), STRATA_EINVAL);
+  cr_assert(strstr(err, "1.5"), "%s", err);
+}
+
+/* A CUDA request here (no GPU in CI, or a CPU-only build) is UNSUPPORTED,
+ * never a crash or a link error. */
+Test(errors, cuda_unavailable) {
+  optim *o = NULL;
+  char err[256];
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  cfg.device = OPTIM_CUDA;
+  int rc = optim_create(&o, &cfg, err, sizeof err);
+  if (rc == 0) {
+    optim_destroy(o);
+    cr_skip_test("a CUDA device is present; covered by the GPU tests");
+  }
+  cr_assert_eq(rc, STRATA_EUNSUPPORTED, "%d: %s", rc, err);
+  cr_assert(strstr(err, "CUDA"), "%s", err);
+}
