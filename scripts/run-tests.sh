@@ -47,7 +47,7 @@ run_criterion() {
 run_one() {  # name, command...
   local name=$1; shift
   local t0=$SECONDS
-  "$@" >"$log" 2>&1
+  "$@" >"$log" 2>&1 </dev/null  # mpirun would otherwise eat the list being read
   local rc=$?
   if [ $rc = 0 ]; then
     passed=$((passed + 1)); printf '   ok   %-58s %3ds\n' "$name" $((SECONDS - t0))
