@@ -1,0 +1,244 @@
+/* strata/tensor.h: libtensor, the tensors and the operations a GPT needs.
+ *
+ * A tensor_t is a plain descriptor (data pointer, up to 4 dims, dtype, device),
+ * not an opaque handle: a model keeps its parameters and gradients in one flat
+ * allocation and looks at pieces of it through views that cost nothing to make
+ * (tensor_view). Memory that libtensor allocates (tensor_alloc) is counted by
+ * the context's memory accountant, per device.
+ *
+ * Every operation comes as a forward/backward pair with the argument order
+ * context, outputs, inputs, weights, sizes. Forward overwrites its outputs;
+ * backward ACCUMULATES (+=) into its gradient outputs, and any gradient output
+ * may be NULL when the caller does not need it. The device is a run-time
+ * property of the tensors: all tensors of one call must live on the same
+ * device, otherwise the call fails with STRATA_ESHAPE. A CUDA tensor on a
+ * build without CUDA gives STRATA_EUNSUPPORTED.
+ *
+ * Errors: every fallible call returns 0 or a negative strata status, and the
+ * context keeps a message naming the offending shapes/values
+ * (tensor_last_error). Nothing here exits or aborts on bad input.
+ *
+ * Dtypes: f32 everywhere; bf16/f16 for storage, casts and (on CUDA) matmul
+ * inputs with f32 accumulation; i32 only for token ids and targets. CPU
+ * kernels compute in f32 (an op given bf16 tensors on the CPU returns
+ * STRATA_EUNSUPPORTED; cast first).
+ *
+ * Threads: the context owns the CPU cores. It runs OpenMP regions of
+ * `threads` threads and, inside them, single-threaded OpenBLAS on per-thread
+ * blocks of every GEMM, so OpenMP and OpenBLAS never compete for the cores
+ * (Debian's OpenBLAS is the pthread build; its idle threads spin). Creating a
+ * context therefore sets OpenBLAS to one thread for the whole process. */
+#ifndef STRATA_TENSOR_H
+#define STRATA_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <strata/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TENSOR_MAX_DIMS 4
+#define TENSOR_CPU (-1) /* device id of host memory; cuda:N is device N >= 0 */
+#define TENSOR_MAX_DEVICES 16
+
+typedef enum { TENSOR_F32 = 0, TENSOR_BF16 = 1, TENSOR_F16 = 2, TENSOR_I32 = 3 } tensor_dtype_t;
+
+/* A contiguous row-major tensor. `owned` is set by tensor_alloc only; views
+ * have owned = 0 and tensor_free leaves their memory alone. */
+typedef struct {
+  void *data;
+  int64_t shape[TENSOR_MAX_DIMS];
+  int ndim;             /* 1..4 (0 means "no tensor") */
+  tensor_dtype_t dtype;
+  int device;           /* TENSOR_CPU or a CUDA ordinal */
+  int owned;
+} tensor_t;
+
+/* ---- context ------------------------------------------------------------ */
+
+typedef struct tensor_ctx tensor_ctx_t;
+
+typedef struct {
+  int threads; /* CPU threads for every op; 0: OpenMP's default (omp_get_max_threads) */
+  int device;  /* default CUDA device for the context's cuBLAS handle and streams */
+  int bf16_matmul; /* CUDA only: f32 matmuls run cuBLAS with bf16 inputs and f32
+                      accumulation (inputs rounded to bf16 on the fly) */
+} tensor_ctx_options_t;
+#define TENSOR_CTX_OPTIONS_DEFAULTS {.threads = 0, .device = 0, .bf16_matmul = 0}
+
+/* Creates a context (NULL options = defaults). Caller destroys it. */
+STRATA_API int tensor_ctx_create(tensor_ctx_t **ctx, const tensor_ctx_options_t *opts);
+/* Destroys a context; NULL is a no-op. Tensors allocated from it must be freed first. */
+STRATA_API void tensor_ctx_destroy(tensor_ctx_t *ctx);
+/* The last error message of this context ("" if none); owned by the context. */
+STRATA_API const char *tensor_last_error(const tensor_ctx_t *ctx);
+/* A short description of a status code; never NULL. */
+STRATA_API const char *tensor_strerror(int code);
+/* CPU threads the context uses. */
+STRATA_API int tensor_ctx_threads(const tensor_ctx_t *ctx);
+/* Number of CUDA devices usable by this build (0 without CUDA or GPU). */
+STRATA_API int tensor_cuda_device_count(void);
+/* Waits for all queued device work of the context (no-op on CPU). */
+STRATA_API int tensor_synchronize(tensor_ctx_t *ctx);
+
+/* ---- memory accountant ---------------------------------------------------- */
+
+/* Current and peak bytes allocated through this context on `device`
+ * (TENSOR_CPU or a CUDA ordinal). Either pointer may be NULL. */
+STRATA_API int tensor_memory(const tensor_ctx_t *ctx, int device, size_t *current, size_t *peak);
+/* Sets the peak of `device` to its current value. */
+STRATA_API void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device);
+
+/* ---- tensors --------------------------------------------------------------- */
+
+/* Allocates a zero-filled tensor on `device` and counts it. Caller frees it
+ * with tensor_free. */
+STRATA_API int tensor_alloc(tensor_ctx_t *ctx, tensor_t *t, tensor_dtype_t dtype, int device,
+                            int ndim, const int64_t *shape);
+/* Frees an owned tensor and clears the descriptor; views are just cleared. */
+STRATA_API void tensor_free(tensor_ctx_t *ctx, tensor_t *t);
+/* Makes a view over memory the caller owns (borrowed; nothing is copied). */
+STRATA_API tensor_t tensor_view(void *data, tensor_dtype_t dtype, int device, int ndim,
+                                const int64_t *shape);
+/* View helpers of 1..4 dims. */
+STRATA_API tensor_t tensor_view1(void *data, tensor_dtype_t dtype, int device, int64_t d0);
+STRATA_API tensor_t tensor_view2(void *data, tensor_dtype_t dtype, int device, int64_t d0,
+                                 int64_t d1);
+STRATA_API tensor_t tensor_view3(void *data, tensor_dtype_t dtype, int device, int64_t d0,
+                                 int64_t d1, int64_t d2);
+STRATA_API tensor_t tensor_view4(void *data, tensor_dtype_t dtype, int device, int64_t d0,
+                                 int64_t d1, int64_t d2, int64_t d3);
+STRATA_API int64_t tensor_numel(const tensor_t *t);
+STRATA_API size_t tensor_dtype_size(tensor_dtype_t dtype);
+STRATA_API size_t tensor_nbytes(const tensor_t *t);
+/* Writes "f32[4,64,768]@cpu" into buf (always terminated); returns buf. */
+STRATA_API char *tensor_describe(const tensor_t *t, char *buf, size_t len);
+
+/* dst = src, same dtype and element count, any two devices. */
+STRATA_API int tensor_copy(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* dst = (dtype of dst) src: casts between f32, bf16 and f16 (round to nearest
+ * even); same shape and device. */
+STRATA_API int tensor_cast(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* t = 0. */
+STRATA_API int tensor_zero(tensor_ctx_t *ctx, tensor_t *t);
+/* t = value (float dtypes). */
+STRATA_API int tensor_fill(tensor_ctx_t *ctx, tensor_t *t, float value);
+
+/* ---- counter-based random numbers ---------------------------------------------
+ * Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+ * SC'11, section 3.2), keyed by (seed, name) and counted by the GLOBAL element
+ * index. A shard of a global tensor is described by the global shape and the
+ * shard's start in every dim (a tensor_slice_t); filling it yields exactly the
+ * values of the whole tensor at those indices. NULL slice = the tensor is the
+ * whole global tensor. */
+typedef struct {
+  int ndim;                         /* dims of the global tensor (== t->ndim) */
+  int64_t shape[TENSOR_MAX_DIMS];   /* global shape */
+  int64_t start[TENSOR_MAX_DIMS];   /* where the shard starts in each dim */
+} tensor_slice_t;
+
+/* The raw generator: 4 x 32 random bits for (key, counter). */
+STRATA_API void tensor_philox(uint32_t out[4], const uint32_t key[2], const uint32_t ctr[4]);
+/* The key of (seed, name); name may be NULL. */
+STRATA_API void tensor_rng_key(uint32_t key[2], uint64_t seed, const char *name);
+/* t = mean + std * N(0,1) per element. */
+STRATA_API int tensor_fill_normal(tensor_ctx_t *ctx, tensor_t *t, uint64_t seed, const char *name,
+                                  const tensor_slice_t *slice, float mean, float std);
+/* t = U[lo, hi) per element. */
+STRATA_API int tensor_fill_uniform(tensor_ctx_t *ctx, tensor_t *t, uint64_t seed, const char *name,
+                                   const tensor_slice_t *slice, float lo, float hi);
+
+/* ---- operations (f32; CPU and CUDA) --------------------------------------------
+ * Shapes use B batch, T time, C channels, NH heads, V vocabulary. */
+
+/* C = alpha op(A) op(B) + beta C, op = transpose when trans_* != 0. A, B, C
+ * have 2..4 dims; leading dims are batch dims and must match C's, except that
+ * a 2-D B is shared by every batch (weights). A: (..,M,K) or (..,K,M); B:
+ * (..,K,N) or (..,N,K); C: (..,M,N). On CUDA, bf16 A/B with f32 C run cuBLAS
+ * with f32 accumulation. */
+STRATA_API int tensor_matmul(tensor_ctx_t *ctx, tensor_t *c, const tensor_t *a, const tensor_t *b,
+                             int trans_a, int trans_b, float alpha, float beta);
+/* Backward of C = op(A) op(B) (alpha 1): dA += dC op(B)^T.., dB += ...; either
+ * gradient may be NULL. */
+STRATA_API int tensor_matmul_backward(tensor_ctx_t *ctx, tensor_t *da, tensor_t *db,
+                                      const tensor_t *dc, const tensor_t *a, const tensor_t *b,
+                                      int trans_a, int trans_b);
+
+/* Linear layer: out(..,N) = in(..,K) weight(N,K)^T + bias(N) (bias may be NULL). */
+STRATA_API int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
+                                     const tensor_t *weight, const tensor_t *bias);
+/* din += dout W, dweight += dout^T in, dbias += sum of dout rows. */
+STRATA_API int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight,
+                                      tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
+                                      const tensor_t *weight);
+
+/* out(..,N) = in(..,N) + bias(N). */
+STRATA_API int tensor_bias_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
+                                       const tensor_t *bias);
+STRATA_API int tensor_bias_add_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dbias,
+                                        const tensor_t *dout);
+
+/* Residual add: out = a + b (same shapes; out may alias a or b). */
+STRATA_API int tensor_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *a,
+                                  const tensor_t *b);
+STRATA_API int tensor_add_backward(tensor_ctx_t *ctx, tensor_t *da, tensor_t *db,
+                                   const tensor_t *dout);
+
+/* LayerNorm over the last dim C (Ba et al. 2016, eq. 3-4):
+ * out = (in - mean) * rstd * weight + bias; mean, rstd (rows) saved for backward. */
+STRATA_API int tensor_layernorm_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *mean,
+                                        tensor_t *rstd, const tensor_t *in, const tensor_t *weight,
+                                        const tensor_t *bias, float eps);
+STRATA_API int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight,
+                                         tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
+                                         const tensor_t *weight, const tensor_t *mean,
+                                         const tensor_t *rstd);
+
+/* GELU, tanh form (Hendrycks & Gimpel 2016, section 2):
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias in. */
+STRATA_API int tensor_gelu_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in);
+STRATA_API int tensor_gelu_backward(tensor_ctx_t *ctx, tensor_t *din, const tensor_t *dout,
+                                    const tensor_t *in);
+
+/* Causal self-attention (Vaswani et al. 2017, eq. 1) with the mask j <= i:
+ * qkv (B,T,3C) holds Q, K, V side by side, each (B,T,NH,C/NH); out (B,T,C);
+ * lse (B,NH,T) receives the log-sum-exp of every softmax row, which is all the
+ * backward needs to rebuild the probabilities (flash-attention style, Dao et
+ * al. 2022, algorithm 2): memory O(T), not O(T^2). */
+STRATA_API int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse,
+                                        const tensor_t *qkv, int heads);
+STRATA_API int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t *dout,
+                                         const tensor_t *qkv, const tensor_t *out,
+                                         const tensor_t *lse, int heads);
+
+/* Embedding: out(B,T,C) = wte[ids[b,t]] + wpe[t] (wpe (>=T,C) may be NULL);
+ * ids i32 (B,T). An id outside [0,V) fails with STRATA_EINVAL. */
+STRATA_API int tensor_embedding_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *ids,
+                                        const tensor_t *wte, const tensor_t *wpe);
+STRATA_API int tensor_embedding_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe,
+                                         const tensor_t *dout, const tensor_t *ids);
+
+/* Fused softmax cross-entropy over the last dim V: losses(..) = lse - logit[target],
+ * lse(..) saved. targets i32 (..); a target < 0 is ignored (loss 0, no gradient). */
+STRATA_API int tensor_xent_forward(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse,
+                                   const tensor_t *logits, const tensor_t *targets);
+/* dlogits += dloss * (softmax(logits) - onehot(target)), with dloss the
+ * gradient of the loss on every row (1/rows for a mean). */
+STRATA_API int tensor_xent_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits,
+                                    const tensor_t *lse, const tensor_t *targets, float dloss);
+
+/* Inverted dropout (Srivastava et al. 2014) with the mask drawn from Philox
+ * keyed by (seed, name) at element index offset + i: out = in * keep / (1-p).
+ * The backward rebuilds the same mask; nothing is stored. out may alias in. */
+STRATA_API int tensor_dropout_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in, float p,
+                                      uint64_t seed, const char *name, int64_t offset);
+STRATA_API int tensor_dropout_backward(tensor_ctx_t *ctx, tensor_t *din, const tensor_t *dout,
+                                       float p, uint64_t seed, const char *name, int64_t offset);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,172 @@
+/* Causal self-attention, softmax(Q K^T / sqrt(d) + mask) V (Vaswani et al.
+ * 2017, eq. 1), computed per (batch, head) with OpenBLAS GEMMs. Only the
+ * per-row log-sum-exp leaves the forward; the backward rebuilds the
+ * probabilities from Q, K and it (Dao et al. 2022, FlashAttention,
+ * algorithm 2 / appendix B.2): dV = P^T dO, dP = dO V^T,
+ * dS = P (dP - rowsum(P dP)), dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d). */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+
+#include "simd.h"
+#include "tensor_internal.h"
+
+static int check_attn(tensor_ctx_t *ctx, const char *fn, const tensor_t *qkv, const tensor_t *out,
+                      const tensor_t *lse, int heads, int *B, int *T, int *C) {
+  int rc = STRATA_OK;
+  char s1[96], s2[96], s3[96];
+  TRY(tensor_check(ctx, fn, "qkv", qkv, TENSOR_F32, 3, 3));
+  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 3, 3));
+  TRY(tensor_check(ctx, fn, "lse", lse, TENSOR_F32, 3, 3));
+  TRY(tensor_check_device(ctx, fn, "out", out, qkv->device));
+  TRY(tensor_check_device(ctx, fn, "lse", lse, qkv->device));
+  *B = (int)qkv->shape[0];
+  *T = (int)qkv->shape[1];
+  *C = (int)qkv->shape[2] / 3;
+  CHECK(heads > 0 && qkv->shape[2] % 3 == 0 && *C % heads == 0, STRATA_ESHAPE,
+        "%s: qkv %s cannot hold %d heads (last dim must be 3 * heads * head_size)", fn,
+        tensor_describe(qkv, s1, sizeof s1), heads);
+  CHECK(out->shape[0] == *B && out->shape[1] == *T && out->shape[2] == *C, STRATA_ESHAPE,
+        "%s: out %s for qkv %s", fn, tensor_describe(out, s1, sizeof s1),
+        tensor_describe(qkv, s2, sizeof s2));
+  CHECK(lse->shape[0] == *B && lse->shape[1] == heads && lse->shape[2] == *T, STRATA_ESHAPE,
+        "%s: lse %s must be (%d, %d, %d) for qkv %s", fn, tensor_describe(lse, s1, sizeof s1), *B,
+        heads, *T, tensor_describe(qkv, s3, sizeof s3));
+fail:
+  return rc;
+}
+
+/* Row i of the causal softmax: p[j] = exp(s[j] - m) for j <= i, 0 beyond;
+ * returns the sum. */
+static float causal_exp_row(float *s, int i, int T, float m) {
+  int j = 0, n = i + 1;
+  float sum = 0.f;
+#if defined(TENSOR_HAVE_AVX2)
+  __m256 vs = _mm256_setzero_ps(), mm = _mm256_set1_ps(m);
+  for (; j + 8 <= n; j += 8) {
+    __m256 p = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), mm));
+    _mm256_storeu_ps(s + j, p);
+    vs = _mm256_add_ps(vs, p);
+  }
+  sum = hsum256(vs);
+#endif
+  for (; j < n; j++) {
+    s[j] = expf(s[j] - m);
+    sum += s[j];
+  }
+  for (j = n; j < T; j++) s[j] = 0.f;
+  return sum;
+}
+
+int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, const tensor_t *qkv,
+                             int heads) {
+  int rc = STRATA_OK, B, T, C, fail_alloc = 0;
+  if (!ctx) return STRATA_EINVAL;
+  TRY(check_attn(ctx, "tensor_attention_forward", qkv, out, lse, heads, &B, &T, &C));
+  if (qkv->device != TENSOR_CPU) {
+#if defined(STRATA_CUDA)
+    TRY(tcu_attention_forward(ctx, out->data, lse->data, qkv->data, B, T, C, heads));
+#endif
+    goto fail;
+  }
+  int hs = C / heads, C3 = 3 * C;
+  float scale = 1.f / sqrtf((float)hs);
+  const float *x = qkv->data;
+  float *y = out->data, *L = lse->data;
+#pragma omp parallel num_threads(ctx->threads)
+  {
+    float *S = malloc((size_t)T * T * sizeof(float));
+    if (!S) {
+#pragma omp atomic write
+      fail_alloc = 1;
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * heads; bh++) {
+      if (!S) continue;
+      int b = bh / heads, h = bh % heads;
+      const float *q = x + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.f, S, T);
+      for (int i = 0; i < T; i++) {
+        float *s = S + (size_t)i * T, m = -INFINITY;
+        for (int j = 0; j <= i; j++) m = s[j] > m ? s[j] : m;
+        float sum = causal_exp_row(s, i, T, m), inv = 1.f / sum;
+        for (int j = 0; j <= i; j++) s[j] *= inv;
+        L[(size_t)bh * T + i] = m + logf(sum);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.f, S, T, v, C3, 0.f,
+                  y + (size_t)b * T * C + h * hs, C);
+    }
+    free(S);
+  }
+  CHECK(!fail_alloc, STRATA_ENOMEM, "tensor_attention_forward: %d x %d scratch per thread", T, T);
+fail:
+  return rc;
+}
+
+int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t *dout,
+                              const tensor_t *qkv, const tensor_t *out, const tensor_t *lse,
+                              int heads) {
+  int rc = STRATA_OK, B, T, C, fail_alloc = 0;
+  char s1[96], s2[96];
+  const char *fn = "tensor_attention_backward";
+  if (!ctx) return STRATA_EINVAL;
+  TRY(check_attn(ctx, fn, qkv, out, lse, heads, &B, &T, &C));
+  TRY(tensor_check(ctx, fn, "dout", dout, TENSOR_F32, 3, 3));
+  TRY(tensor_check_device(ctx, fn, "dout", dout, qkv->device));
+  CHECK(tensor_same_shape(dout, out), STRATA_ESHAPE, "%s: dout %s != out %s", fn,
+        tensor_describe(dout, s1, sizeof s1), tensor_describe(out, s2, sizeof s2));
+  if (!dqkv) goto fail;
+  TRY(tensor_check(ctx, fn, "dqkv", dqkv, TENSOR_F32, 3, 3));
+  TRY(tensor_check_device(ctx, fn, "dqkv", dqkv, qkv->device));
+  CHECK(tensor_same_shape(dqkv, qkv), STRATA_ESHAPE, "%s: dqkv %s != qkv %s", fn,
+        tensor_describe(dqkv, s1, sizeof s1), tensor_describe(qkv, s2, sizeof s2));
+  if (qkv->device != TENSOR_CPU) {
+#if defined(STRATA_CUDA)
+    TRY(tcu_attention_backward(ctx, dqkv->data, dout->data, qkv->data, out->data, lse->data, B, T, C,
+                               heads));
+#endif
+    goto fail;
+  }
+  int hs = C / heads, C3 = 3 * C;
+  float scale = 1.f / sqrtf((float)hs);
+  const float *x = qkv->data, *dy = dout->data, *L = lse->data;
+  float *dx = dqkv->data;
+#pragma omp parallel num_threads(ctx->threads)
+  {
+    float *P = malloc((size_t)2 * T * T * sizeof(float)), *dP = P ? P + (size_t)T * T : NULL;
+    if (!P) {
+#pragma omp atomic write
+      fail_alloc = 1;
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * heads; bh++) {
+      if (!P) continue;
+      int b = bh / heads, h = bh % heads;
+      size_t base = (size_t)b * T * C3 + h * hs;
+      const float *q = x + base, *k = q + C, *v = q + 2 * C;
+      const float *g = dy + (size_t)b * T * C + h * hs;
+      float *dq = dx + base, *dk = dq + C, *dv = dq + 2 * C;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.f, P, T);
+      for (int i = 0; i < T; i++) causal_exp_row(P + (size_t)i * T, i, T, L[(size_t)bh * T + i]);
+      /* dV += P^T dO; dP = dO V^T */
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.f, P, T, g, C, 1.f, dv, C3);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.f, g, C, v, C3, 0.f, dP, T);
+      for (int i = 0; i < T; i++) {
+        float *p = P + (size_t)i * T, *dp = dP + (size_t)i * T, dsum = 0.f;
+#pragma omp simd reduction(+ : dsum)
+        for (int j = 0; j <= i; j++) dsum += p[j] * dp[j];
+#pragma omp simd
+        for (int j = 0; j <= i; j++) dp[j] = p[j] * (dp[j] - dsum) * scale;
+        for (int j = i + 1; j < T; j++) dp[j] = 0.f;
+      }
+      /* dQ += dS K; dK += dS^T Q */
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.f, dP, T, k, C3, 1.f, dq, C3);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.f, dP, T, q, C3, 1.f, dk, C3);
+    }
+    free(P);
+  }
+  CHECK(!fail_alloc, STRATA_ENOMEM, "%s: 2 x %d x %d scratch per thread", fn, T, T);
+fail:
+  return rc;
+}

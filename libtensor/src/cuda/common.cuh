@@ -1,0 +1,90 @@
+/* Shared pieces of libtensor's CUDA files: error translation, the per-context
+ * state (cuBLAS handle, scratch), launch helpers and the device Philox. */
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "tensor_cuda.h"
+
+/* CUDA files return early instead of `goto fail` (C++ forbids jumping over
+ * initialisations); nothing they hold needs releasing on the error path. */
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != cudaSuccess)                                                                         \
+      return tensor_seterr(ctx, STRATA_ECUDA, "%s: %s", #call, cudaGetErrorString(e_));            \
+  } while (0)
+#define CUBLAS(call)                                                                               \
+  do {                                                                                             \
+    cublasStatus_t s_ = (call);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                               \
+      return tensor_seterr(ctx, STRATA_ECUDA, "%s: cuBLAS status %d", #call, (int)s_);             \
+  } while (0)
+#define LAUNCHED() CU(cudaGetLastError())
+
+struct tcu_state {
+  int device;
+  cublasHandle_t blas;
+  void *scratch; /* bf16 copies of f32 GEMM operands, attention row terms */
+  size_t scratch_bytes;
+  int *flag; /* device-side error flag (e.g. an embedding id out of range) */
+};
+
+/* The context's CUDA state, created on first use on the context's device. */
+int tcu_state_get(tensor_ctx_t *ctx, tcu_state **out);
+/* Scratch of at least `bytes` (grown, never shrunk; not counted by the accountant
+ * because it is workspace, like cuBLAS's own). */
+int tcu_scratch(tensor_ctx_t *ctx, size_t bytes, void **p);
+
+static inline unsigned blocks_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  return (unsigned)(b > 65535LL * 8 ? 65535LL * 8 : b);
+}
+
+/* Philox4x32-10, identical to libtensor/src/rng.c. */
+__device__ __forceinline__ uint4 philox_dev(uint32_t k0, uint32_t k1, uint64_t index, uint32_t stream) {
+  uint32_t c0 = (uint32_t)index, c1 = (uint32_t)(index >> 32), c2 = stream, c3 = 0;
+#pragma unroll
+  for (int r = 0; r < 10; r++) {
+    uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c1 = lo1;
+    c3 = lo0;
+    c0 = n0;
+    c2 = n2;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return make_uint4(c0, c1, c2, c3);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+/* Block-wide sum for blockDim.x a multiple of 32 (<= 1024); every thread gets it. */
+__device__ __forceinline__ float block_sum(float v, float *sh) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *sh) {
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : -INFINITY;
+  return warp_max(v);
+}

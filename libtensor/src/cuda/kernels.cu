@@ -1,0 +1,181 @@
+/* CUDA twins of layernorm, embedding and the fused softmax cross-entropy. */
+#include "common.cuh"
+
+#define STATE()                                                                                    \
+  tcu_state *s;                                                                                    \
+  int rc = tcu_state_get(ctx, &s);                                                                 \
+  if (rc) return rc
+
+/* ---- layernorm: one warp per row ---- */
+
+__global__ void k_ln_fwd(float *out, float *mean, float *rstd, const float *in, const float *w,
+                         const float *b, int64_t rows, int C, float eps) {
+  int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const float *x = in + r * C;
+  float sum = 0.f;
+  for (int i = lane; i < C; i += 32) sum += x[i];
+  float m = warp_sum(sum) / C, v = 0.f;
+  for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
+  float q = rsqrtf(warp_sum(v) / C + eps);
+  for (int i = lane; i < C; i += 32) out[r * C + i] = (x[i] - m) * q * w[i] + (b ? b[i] : 0.f);
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = q;
+  }
+}
+
+__global__ void k_ln_dx(float *din, const float *dout, const float *in, const float *w,
+                        const float *mean, const float *rstd, int64_t rows, int C) {
+  int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const float *x = in + r * C, *g = dout + r * C;
+  float m = mean[r], q = rstd[r], a = 0.f, bs = 0.f;
+  for (int i = lane; i < C; i += 32) {
+    float dn = g[i] * w[i];
+    a += dn;
+    bs += dn * (x[i] - m) * q;
+  }
+  a = warp_sum(a) / C;
+  bs = warp_sum(bs) / C;
+  for (int i = lane; i < C; i += 32) din[r * C + i] += q * (g[i] * w[i] - a - (x[i] - m) * q * bs);
+}
+
+__global__ void k_ln_wgrad(float *dw, float *db, const float *dout, const float *in,
+                           const float *mean, const float *rstd, int64_t rows, int C, int64_t chunk) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  int64_t r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
+  float aw = 0.f, ab = 0.f;
+  for (int64_t r = r0; r < r1; r++) {
+    float g = dout[r * C + c];
+    aw += g * (in[r * C + c] - mean[r]) * rstd[r];
+    ab += g;
+  }
+  if (dw) atomicAdd(dw + c, aw);
+  if (db) atomicAdd(db + c, ab);
+}
+
+extern "C" int tcu_layernorm_forward(tensor_ctx_t *ctx, float *out, float *mean, float *rstd,
+                                     const float *in, const float *w, const float *b, int64_t rows,
+                                     int C, float eps) {
+  STATE();
+  k_ln_fwd<<<(unsigned)((rows + 7) / 8), 256>>>(out, mean, rstd, in, w, b, rows, C, eps);
+  LAUNCHED();
+  return STRATA_OK;
+}
+
+extern "C" int tcu_layernorm_backward(tensor_ctx_t *ctx, float *din, float *dw, float *db,
+                                      const float *dout, const float *in, const float *w,
+                                      const float *mean, const float *rstd, int64_t rows, int C) {
+  STATE();
+  if (din) {
+    k_ln_dx<<<(unsigned)((rows + 7) / 8), 256>>>(din, dout, in, w, mean, rstd, rows, C);
+    LAUNCHED();
+  }
+  if (dw || db) {
+    int64_t chunk = 64, gy = (rows + chunk - 1) / chunk;
+    if (gy > 65535) chunk = (rows + 65534) / 65535, gy = (rows + chunk - 1) / chunk;
+    dim3 grid((C + 127) / 128, (unsigned)gy);
+    k_ln_wgrad<<<grid, 128>>>(dw, db, dout, in, mean, rstd, rows, C, chunk);
+    LAUNCHED();
+  }
+  return STRATA_OK;
+}
+
+/* ---- embedding ---- */
+
+__global__ void k_emb_fwd(float *out, int *flag, const int32_t *ids, const float *wte,
+                          const float *wpe, int B, int T, int C, int V) {
+  int64_t n = (int64_t)B * T * C;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t bt = i / C;
+    int c = (int)(i % C), t = (int)(bt % T), id = ids[bt];
+    if (id < 0 || id >= V) {
+      *flag = 1;
+      out[i] = 0.f;
+      continue;
+    }
+    out[i] = wte[(int64_t)id * C + c] + (wpe ? wpe[(int64_t)t * C + c] : 0.f);
+  }
+}
+
+__global__ void k_emb_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *ids, int B,
+                          int T, int C, int V) {
+  int64_t n = (int64_t)B * T * C;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    int64_t bt = i / C;
+    int c = (int)(i % C), t = (int)(bt % T), id = ids[bt];
+    if (dwte && id >= 0 && id < V) atomicAdd(dwte + (int64_t)id * C + c, dout[i]);
+    if (dwpe) atomicAdd(dwpe + (int64_t)t * C + c, dout[i]);
+  }
+}
+
+extern "C" int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids,
+                                     const float *wte, const float *wpe, int B, int T, int C, int V) {
+  STATE();
+  int flag = 0;
+  CU(cudaMemset(s->flag, 0, sizeof(int)));
+  k_emb_fwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(out, s->flag, ids, wte, wpe, B, T, C, V);
+  LAUNCHED();
+  CU(cudaMemcpy(&flag, s->flag, sizeof(int), cudaMemcpyDeviceToHost));
+  if (flag) return tensor_seterr(ctx, STRATA_EINVAL, "tensor_embedding_forward: an id is outside [0, %d)", V);
+  return STRATA_OK;
+}
+
+extern "C" int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *ids, int B, int T, int C, int V) {
+  STATE();
+  k_emb_bwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(dwte, dwpe, dout, ids, B, T, C, V);
+  LAUNCHED();
+  return STRATA_OK;
+}
+
+/* ---- softmax cross-entropy: one block per row ---- */
+
+__global__ void k_xent_fwd(float *losses, float *lse, const float *logits, const int32_t *targets,
+                           int V) {
+  __shared__ float sh[32];
+  int64_t r = blockIdx.x;
+  const float *z = logits + r * V;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, z[i]);
+  m = block_max(m, sh);
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(z[i] - m);
+  sum = block_sum(sum, sh);
+  if (threadIdx.x == 0) {
+    float l = m + logf(sum);
+    int t = targets[r];
+    lse[r] = l;
+    losses[r] = t >= 0 && t < V ? l - z[t] : 0.f;
+  }
+}
+
+__global__ void k_xent_bwd(float *dlogits, const float *logits, const float *lse,
+                           const int32_t *targets, int V, float dloss) {
+  int64_t r = blockIdx.x;
+  int t = targets[r];
+  if (t < 0) return;
+  const float *z = logits + r * V;
+  float *d = dlogits + r * V, l = lse[r];
+  for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] += dloss * (expf(z[i] - l) - (i == t ? 1.f : 0.f));
+}
+
+extern "C" int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
+                                const int32_t *targets, int64_t rows, int V) {
+  STATE();
+  k_xent_fwd<<<(unsigned)rows, 512>>>(losses, lse, logits, targets, V);
+  LAUNCHED();
+  return STRATA_OK;
+}
+
+extern "C" int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
+                                 const int32_t *targets, int64_t rows, int V, float dloss) {
+  STATE();
+  k_xent_bwd<<<(unsigned)rows, 512>>>(dlogits, logits, lse, targets, V, dloss);
+  LAUNCHED();
+  return STRATA_OK;
+}

@@ -1,0 +1,70 @@
+/* The CUDA twins of libtensor's CPU kernels (the .cu files under src/cuda), C linkage.
+ * Raw device pointers, sizes checked by the C front ends (the .c files under src) first.
+ * Each returns a strata status and records CUDA/cuBLAS messages in ctx. */
+#ifndef STRATA_TENSOR_CUDA_H
+#define STRATA_TENSOR_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <strata/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Context access for the CUDA files (which cannot include the C11-atomics
+ * context header from C++). */
+void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
+int tensor_ctx_device(const tensor_ctx_t *ctx);
+int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
+int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
+
+int tcu_device_count(void);
+void tcu_ctx_destroy(tensor_ctx_t *ctx);
+int tcu_sync(tensor_ctx_t *ctx);
+int tcu_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device);
+void tcu_free(tensor_ctx_t *ctx, void *p, int device);
+/* Copies between any two devices (TENSOR_CPU for host). */
+int tcu_memcpy(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes);
+int tcu_memset0(tensor_ctx_t *ctx, void *p, size_t bytes, int device);
+int tcu_fill(tensor_ctx_t *ctx, void *p, int dtype, int64_t n, float value);
+int tcu_cast(tensor_ctx_t *ctx, void *dst, int ddt, const void *src, int sdt, int64_t n);
+
+/* Batched row-major GEMM: C_i = alpha op(A_i) op(B_i) + beta C_i; stride 0 shares an operand.
+ * A/B dtype f32 or bf16 (TENSOR_*), C f32. */
+int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+             int adt, int lda, int64_t sa, const void *B, int bdt, int ldb, int64_t sb, float beta,
+             float *C, int ldc, int64_t sc, int batch);
+int tcu_bias_forward(tensor_ctx_t *ctx, float *out, const float *in, const float *bias,
+                     int64_t rows, int N);
+int tcu_bias_backward(tensor_ctx_t *ctx, float *dbias, const float *dout, int64_t rows, int N);
+int tcu_add(tensor_ctx_t *ctx, float *out, const float *a, const float *b, int64_t n);
+int tcu_acc(tensor_ctx_t *ctx, float *dst, const float *src, int64_t n);
+int tcu_layernorm_forward(tensor_ctx_t *ctx, float *out, float *mean, float *rstd, const float *in,
+                          const float *w, const float *b, int64_t rows, int C, float eps);
+int tcu_layernorm_backward(tensor_ctx_t *ctx, float *din, float *dw, float *db, const float *dout,
+                           const float *in, const float *w, const float *mean, const float *rstd,
+                           int64_t rows, int C);
+int tcu_gelu_forward(tensor_ctx_t *ctx, float *out, const float *in, int64_t n);
+int tcu_gelu_backward(tensor_ctx_t *ctx, float *din, const float *dout, const float *in, int64_t n);
+int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T,
+                          int C, int NH);
+int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,
+                           const float *out, const float *lse, int B, int T, int C, int NH);
+int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids, const float *wte,
+                          const float *wpe, int B, int T, int C, int V);
+int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *ids, int B, int T, int C, int V);
+int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
+                     const int32_t *targets, int64_t rows, int V);
+int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
+                      const int32_t *targets, int64_t rows, int V, float dloss);
+/* out = in * mask / (1-p) (accumulate: out += ...), mask from Philox(key, offset + i). */
+int tcu_dropout(tensor_ctx_t *ctx, float *out, const float *in, int64_t n, float p,
+                const uint32_t key[2], int64_t offset, int accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

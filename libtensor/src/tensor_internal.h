@@ -1,0 +1,72 @@
+/* libtensor internals: the context, error reporting, checks and the CUDA twins. */
+#ifndef STRATA_TENSOR_INTERNAL_H
+#define STRATA_TENSOR_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <strata/tensor.h>
+
+#define TENSOR_ERRLEN 512
+
+struct tensor_ctx {
+  int threads;
+  int device;
+  int bf16_matmul;
+  atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
+  atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
+  void *cuda; /* CUDA state (cuBLAS handles, scratch), owned; NULL until first used */
+  char err[TENSOR_ERRLEN];
+};
+
+/* Records a formatted message in ctx and returns code. */
+int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
+int tensor_ctx_device(const tensor_ctx_t *ctx);
+int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
+
+/* One exit per function: CHECK sets rc and jumps to `fail`. */
+#define CHECK(cond, code, ...)                                                                     \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      rc = tensor_seterr(ctx, (code), __VA_ARGS__);                                                \
+      goto fail;                                                                                   \
+    }                                                                                              \
+  } while (0)
+#define TRY(expr)                                                                                  \
+  do {                                                                                             \
+    rc = (expr);                                                                                   \
+    if (rc != STRATA_OK) goto fail;                                                                \
+  } while (0)
+
+/* Checks that t is a tensor of `dtype` with ndim in [lo, hi] on `device`
+ * (device < -1: any). `fn` and `what` name the call and the argument. */
+int tensor_check(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
+                 tensor_dtype_t dtype, int lo, int hi);
+/* Checks that t (optional when NULL) lives on `device`. */
+int tensor_check_device(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
+                        int device);
+/* Product of dims [0, n). */
+int64_t tensor_prod(const tensor_t *t, int n);
+/* Same shape. */
+int tensor_same_shape(const tensor_t *a, const tensor_t *b);
+
+static inline int mem_slot(int device) { return device + 1; }
+void tensor_mem_add(tensor_ctx_t *ctx, int device, size_t bytes);
+void tensor_mem_sub(tensor_ctx_t *ctx, int device, size_t bytes);
+
+/* Single-threaded OpenBLAS sgemm (row major) split over the context's OpenMP
+ * threads along the larger of M and N; called inside a parallel region it
+ * runs on the calling thread only. */
+void tensor_sgemm(const tensor_ctx_t *ctx, int trans_a, int trans_b, int M, int N, int K,
+                  float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                  float *C, int ldc);
+
+/* Philox counter for one element: 4 x 32 bits from (key, index, stream). */
+void tensor_philox_elem(uint32_t out[4], const uint32_t key[2], uint64_t index, uint32_t stream);
+
+#if defined(STRATA_CUDA)
+#include "tensor_cuda.h"
+#endif
+
+#endif
