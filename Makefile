@@ -40,6 +40,19 @@ bench: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) scripts/run-bench.sh $(BENCH_PROGRAMS)
 
+# GPU tests and benchmarks go into one self-contained folder, $(BUILD)/gpu,
+# which also runs on a GPU machine without strata's other dependencies.
+gpu-bundle: all
+	@scripts/gpu-bundle.sh $(BUILD)/gpu "$(GPU_TESTS)" "$(GPU_BENCH)"
+
+test-gpu: deps
+	@$(MAKE) --no-print-directory gpu-bundle
+	@$(BUILD)/gpu/run.sh
+
+bench-gpu: deps
+	@$(MAKE) --no-print-directory gpu-bundle
+	@$(BUILD)/gpu/run.sh bench
+
 run: deps
 	@$(MAKE) --no-print-directory all
 	@$(RUN_COMMAND)
@@ -58,4 +71,4 @@ clean:
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
-.PHONY: all deps test bench run install clean format check-deps
+.PHONY: all deps test bench run install clean format check-deps gpu-bundle test-gpu bench-gpu

@@ -17,6 +17,8 @@ INSTALL_TARGETS :=
 ALL_TARGETS  :=
 TEST_SUITES  :=
 BENCH_PROGRAMS :=
+GPU_TESTS    :=
+GPU_BENCH    :=
 RUN_COMMAND  := @echo "strata: no main job yet"
 
 # Link flags for a program using the given strata libraries (dependents first):

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# gpu-bundle.sh DEST "TESTS..." "BENCHES...": a folder that runs strata's GPU
+# tests on a machine that has the CUDA driver and toolkit but none of strata's
+# other dependencies. Programs go to DEST/tests and DEST/bench; every shared
+# library they need that is not glibc or CUDA is copied to DEST/lib (found
+# through LD_LIBRARY_PATH set by DEST/run.sh). Programs that link Open MPI run
+# as isolated singletons with the bundled MPI plugins: one GPU, one rank.
+set -eu
+dest=$1 tests=$2 benches=$3
+rm -rf "$dest"
+mkdir -p "$dest/tests" "$dest/bench" "$dest/lib"
+# glibc and the CUDA libraries (hundreds of MiB; the GPU machine has them) stay behind
+skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libcuda\.|libcudart|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink)'
+copy_deps() {
+  ldd "$1" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
+    [[ $name =~ $skip ]] && continue
+    [ -e "$dest/lib/$name" ] || cp -L "$path" "$dest/lib/$name"
+  done
+}
+for p in $tests; do cp "$p" "$dest/tests/"; copy_deps "$p"; done
+for p in $benches; do cp "$p" "$dest/bench/"; copy_deps "$p"; done
+if ls "$dest/lib" | grep -q '^libmpi\.so'; then
+  plugins=$(pkg-config --variable=libdir ompi-c)/openmpi3
+  mkdir -p "$dest/lib/openmpi3"
+  # only what a single process needs: no network transports with heavy dependencies
+  for f in "$plugins"/*.so; do
+    case $(basename "$f") in *ucx*|*ofi*|*psm*|*verbs*|*openib*|*portals*|*cuda*|*usnic*|*ucc*|*hcoll*) continue ;; esac
+    cp "$f" "$dest/lib/openmpi3/"
+    copy_deps "$f"
+  done
+fi
+cat >"$dest/run.sh" <<'RUN'
+#!/bin/sh
+# Runs every GPU test (exit 0 passes, 77 skips: no GPU) and then, with
+# "bench" as first argument, the GPU benchmarks. Closing line:
+# "gpu tests: N passed, N failed".
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$here/lib/openmpi3"
+export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ "${1:-}" = bench ]; then
+  for b in "$here"/bench/*; do [ -x "$b" ] && "$b"; done
+  exit 0
+fi
+pass=0 fail=0 skip=0
+for t in "$here"/tests/*; do
+  [ -x "$t" ] || continue
+  "$t"; rc=$?
+  case $rc in 0) pass=$((pass + 1)) ;; 77) skip=$((skip + 1)) ;; *) fail=$((fail + 1)); echo "FAIL $(basename "$t") (exit $rc)" ;; esac
+done
+echo "gpu tests: $pass passed, $fail failed, $skip skipped"
+[ $fail = 0 ]
+RUN
+chmod +x "$dest/run.sh"
+echo "strata: GPU bundle in $dest ($(du -sh "$dest" | cut -f1)); run $dest/run.sh on the GPU machine"
