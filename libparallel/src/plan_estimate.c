@@ -70,7 +70,7 @@ static double p2p_time(const plan_link_t *k, double bytes) {
  * input width hin and output width hout, M = rows x width activation bytes
  * and W = hin x hout weight bytes (the Colossal-AI accounting, see
  * plan_tp_linear_terms). */
-static double tp_linear_bytes(par_tp_mode_t mode, int tp, int depth, double rows, double hin,
+double plan_tp_linear_bytes(par_tp_mode_t mode, int tp, int depth, double rows, double hin,
                               double hout, double e) {
   double min_ = rows * hin * e, mout = rows * hout * e, w = hin * hout * e;
   double mm = fmax(min_, mout);
@@ -238,7 +238,7 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
     return STRATA_EINVAL;
   }
   out->valid = 1;
-  out->params = par_gpt_param_count(m);
+  out->params = par_plan_param_count(m);
 
   double h = m->hidden, s = m->seq, v = m->vocab, a = m->heads, b = l->microbatch;
   int mb = l->global_batch / (l->dp * l->microbatch);
@@ -270,8 +270,12 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
   double block_fwd = 24.0 * b * s * h * h + 4.0 * b * s * s * h;
   double gemm_mb = (passes * ls * block_fwd + (fwd + bwd) * 2.0 * b * s * h * v) / split;
   double t_gemm = gemm_mb / (p->gemm_efficiency * peak);
-  double ew_fwd = (p->ew_passes_token * b * s * h + p->ew_passes_score * a * b * s * s) * e;
-  double t_ew = passes * ls * ew_fwd / split / (p->hbm_efficiency * c->gpu_mem_bw);
+  /* Megatron's 1d leaves layernorms and bias+dropout+residual whole on
+   * every tensor rank; the other modes split every activation. */
+  double rep = l->tp_mode == PAR_TP_1D ? p->ew_passes_token_replicated : 0.0;
+  double ew_fwd = (rep * b * s * h + ((p->ew_passes_token - rep) * b * s * h +
+                                      p->ew_passes_score * a * b * s * s) / l->tp) * e / l->sp;
+  double t_ew = passes * ls * ew_fwd / (p->hbm_efficiency * c->gpu_mem_bw);
 
   /* Tensor-parallel traffic per microbatch: four linear layers per block
    * (qkv h->3h, proj h->h, fc h->4h, fc-proj 4h->h); recompute repeats the
@@ -284,7 +288,7 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
     double lin[4][2] = {{h, 3 * h}, {h, h}, {h, 4 * h}, {4 * h, h}};
     double bytes = 0.0;
     for (int i = 0; i < 4; i++)
-      bytes += tp_linear_bytes(l->tp_mode, l->tp, l->tp_depth, rows, lin[i][0], lin[i][1], e);
+      bytes += plan_tp_linear_bytes(l->tp_mode, l->tp, l->tp_depth, rows, lin[i][0], lin[i][1], e);
     bytes *= ls * passes / (fwd + bwd);
     double msgs = 4.0 * ls * tp_linear_msgs(l->tp_mode, l->tp, l->tp_depth) * passes / (fwd + bwd);
     int q = plan_tp_q(l);

@@ -6,7 +6,7 @@
 
 #include <strata/parallel.h>
 
-double par_gpt_param_count(const par_gpt_config_t *m) {
+double par_plan_param_count(const par_gpt_config_t *m) {
   if (!m) return 0.0;
   double l = m->layers, h = m->hidden, v = m->vocab, s = m->seq;
   /* Per block: ln1 2h, qkv 3h^2+3h, proj h^2+h, ln2 2h, fc 4h^2+4h, fc-proj

@@ -17,5 +17,14 @@ void plan_group_link(const par_cluster_t *c, const par_plan_params_t *p, int str
 double plan_allreduce_time(const plan_link_t *k, double bytes);
 double plan_gather_time(const plan_link_t *k, double bytes);
 int plan_tp_q(const par_layout_t *l);
+const char *plan_mode_name(par_tp_mode_t m);
+/* Bytes each device sends for one linear layer (forward + backward) under a
+ * tensor mode: rows x hin input, rows x hout output, hin x hout weights, e
+ * bytes per element. */
+double plan_tp_linear_bytes(par_tp_mode_t mode, int tp, int depth, double rows, double hin,
+                            double hout, double e);
+
+/* Calibrates gemm_efficiency on Megatron's 1.7B row (the one row used). */
+int plan_megatron_calibrate(const par_plan_params_t *p, double *eff);
 
 #endif

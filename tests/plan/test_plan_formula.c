@@ -83,7 +83,7 @@ Test(megatron, parameter_counts_equal_published_sizes) {
     double printed = floor(p / 1e8 + 0.5) / 10.0;
     cr_expect_eq(printed, mrows[i].billions, "row %zu: %.4g -> %.1f B", i, p, printed);
     /* strata's GPT has the final layernorm too: exactly 2h more. */
-    cr_expect_eq(par_gpt_param_count(&m) - p, 2.0 * m.hidden);
+    cr_expect_eq(par_plan_param_count(&m) - p, 2.0 * m.hidden);
   }
 }
 
@@ -98,7 +98,7 @@ Test(megatron, param_count_matches_tensor_by_tensor_sum) {
   blk += h * 4 * h + 4 * h; /* fc */
   blk += 4 * h * h + h;     /* fc projection */
   double want = m.layers * blk + m.vocab * h + m.seq * h + 2 * h;
-  cr_expect_eq(par_gpt_param_count(&m), want);
+  cr_expect_eq(par_plan_param_count(&m), want);
 }
 
 Test(megatron, flops_formula_matches_per_matmul_count) {

@@ -75,6 +75,8 @@ typedef struct {
   double host_efficiency;   /* achievable fraction of PCIe / NVMe / host DRAM bandwidth */
   double ew_passes_token;   /* memory-bound passes per token x hidden element, per layer,
                                forward (layernorms, bias+GeLU, bias+dropout+residual) */
+  double ew_passes_token_replicated; /* of those, passes 1d tensor parallelism leaves
+                               unsplit (layernorms, bias+dropout+residual) */
   double ew_passes_score;   /* memory-bound passes per attention score element, per
                                layer, forward (scale+mask+softmax, dropout, bmm IO) */
   double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
@@ -92,8 +94,9 @@ typedef struct {
   double token_budget;      /* tokens for the "days to train" column */
 } par_plan_params_t;
 #define PAR_PLAN_PARAMS_DEFAULTS                                                                   \
-  {.gemm_efficiency = 0.60, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                      \
-   .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_score = 6.5, .bwd_factor = 2.0,    \
+  {.gemm_efficiency = 0.7445, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                      \
+   .host_efficiency = 0.80, .ew_passes_token = 21.0,            \
+   .ew_passes_token_replicated = 11.0, .ew_passes_score = 6.5, .bwd_factor = 2.0,    \
    .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5, .cpu_adam_bytes = 28.0,        \
    .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0, .dp_bucket_bytes = 2 * 50e6,                  \
    .zero3_prefetch_layers = 2.0, .device_reserved_bytes = 1.5e9, .cpu_reserved_bytes = 32e9,       \
@@ -104,7 +107,7 @@ typedef struct {
 /* Exact parameter count of strata's GPT (parallel.h): l (12 h^2 + 13 h) +
  * (V + s) h + 2 h (the final layernorm), the LM head tied to the token
  * embedding and counted once. */
-STRATA_API double par_gpt_param_count(const par_gpt_config_t *m);
+STRATA_API double par_plan_param_count(const par_gpt_config_t *m);
 /* Megatron's P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) (arXiv 2104.04473,
  * sec. 5.1): the same model without the final layernorm's 2h. */
 STRATA_API double par_megatron_param_count(const par_gpt_config_t *m);
@@ -168,7 +171,7 @@ typedef struct {
   int valid;                  /* 0: the layout is invalid (why says why) */
   int fits;                   /* 1: device, host and NVMe memory all suffice */
   char why[256];              /* reason when !valid or !fits, else "" */
-  double params;              /* par_gpt_param_count of the model */
+  double params;              /* par_plan_param_count of the model */
   double params_device;       /* parameters of the largest pipeline stage / tensor shard */
   double mem[PAR_MEM_COUNT];  /* device bytes by category, largest stage */
   double mem_total;           /* sum of mem[] */
