@@ -1,4 +1,110 @@
-/* strata/par_gpt.h: the GPT model (filled in by libparallel/src/gpt*.c). Included from strata/parallel.h. */
+/* strata/par_gpt.h: the GPT model. Included from strata/parallel.h.
+ *
+ * A GPT-2 style decoder (par_gpt_config_t in strata/parallel.h): token and
+ * position embeddings, L blocks of pre-layernorm causal self-attention and
+ * MLP (4h, GELU tanh) with residuals, a final layernorm and a language-model
+ * head tied to the token embedding, trained with softmax cross-entropy.
+ *
+ * Parameters and gradients are two flat f32 arrays of the same length, laid
+ * out view after view in this order: wte (V,h), wpe (T,h), then for each block
+ * l: h.l.ln_1.w, h.l.ln_1.b, h.l.attn.qkv.w (3h,h), h.l.attn.qkv.b,
+ * h.l.attn.proj.w (h,h), h.l.attn.proj.b, h.l.ln_2.w, h.l.ln_2.b,
+ * h.l.mlp.fc.w (4h,h), h.l.mlp.fc.b, h.l.mlp.proj.w (h,4h), h.l.mlp.proj.b,
+ * and last ln_f.w, ln_f.b. Linear weights are (out, in). A block's views are
+ * contiguous, so a pipeline stage or a ZeRO-3 gather is one range. Every view
+ * is initialised from libtensor's Philox keyed by (seed, view name) at its
+ * global element index: N(0, 0.02) for weights and embeddings, N(0,
+ * 0.02/sqrt(2L)) for the two residual projections (GPT-2), 1 for layernorm
+ * weights, 0 for biases.
+ *
+ * Layout 1x1x1 (serial) for now; the model is written layer by layer
+ * (embedding, linear, attention, head + loss) so that parallel layouts swap
+ * in their own layers. */
 #ifndef STRATA_PAR_GPT_H
 #define STRATA_PAR_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct par_gpt par_gpt_t;
+
+/* One named parameter view into the flat arrays. */
+typedef struct {
+  const char *name;    /* e.g. "h.3.attn.qkv.w"; owned by the model */
+  size_t offset;       /* first element in the flat params/grads arrays */
+  size_t numel;
+  int ndim;            /* 1 or 2 */
+  int64_t shape[2];    /* global shape */
+  int decay;           /* 1: weight decay applies (matrices, embeddings); 0: biases, layernorm */
+} par_gpt_view_t;
+
+/* Where and how the model computes. */
+typedef struct {
+  int threads;     /* CPU threads; 0: OpenMP's default */
+  int device;      /* -1: CPU (default); N >= 0: cuda:N (STRATA_EUNSUPPORTED without CUDA) */
+  int bf16_matmul; /* CUDA: GEMMs with bf16 inputs and f32 accumulation */
+} par_gpt_options_t;
+#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0}
+
+/* Number of parameters of a configuration (the length of the flat arrays):
+ * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */
+STRATA_API size_t par_gpt_param_count(const par_gpt_config_t *cfg);
+
+/* Creates a model on the CPU with default options, parameters initialised
+ * from `seed`, gradients zero. Caller destroys it with par_gpt_destroy. On
+ * failure *model is NULL and, for an invalid configuration, the status is
+ * STRATA_EINVAL (the message is in par_gpt_create_error()). */
+STRATA_API int par_gpt_create(par_gpt_t **model, const par_gpt_config_t *cfg, uint64_t seed);
+/* The same with options (NULL = defaults). */
+STRATA_API int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg,
+                                 const par_gpt_options_t *opts, uint64_t seed);
+/* The message of the last failed create on this thread. */
+STRATA_API const char *par_gpt_create_error(void);
+/* Frees everything the model owns; NULL is a no-op. */
+STRATA_API void par_gpt_destroy(par_gpt_t *model);
+/* The last error of this model ("" if none); owned by the model. */
+STRATA_API const char *par_gpt_last_error(const par_gpt_t *model);
+
+/* Forward pass over B sequences of T <= cfg.seq tokens. tokens and targets
+ * are host arrays of B*T int32 (borrowed for the call; ids in [0, V); a
+ * target < 0 is ignored). With targets, *loss receives the mean cross-entropy
+ * over the counted targets and the activations are kept for
+ * par_gpt_backward; with targets NULL only the logits are computed and *loss
+ * (may be NULL) is set to NaN. */
+STRATA_API int par_gpt_forward(par_gpt_t *model, const int32_t *tokens, const int32_t *targets,
+                               int B, int T, float *loss);
+/* Backward of the last forward with targets: ACCUMULATES d(mean loss)/d(params)
+ * into the flat gradients. STRATA_ESTATE without such a forward. */
+STRATA_API int par_gpt_backward(par_gpt_t *model);
+/* Sets all gradients to zero. */
+STRATA_API int par_gpt_zero_grad(par_gpt_t *model);
+
+/* The flat arrays (owned by the model, valid until destroy; on the model's
+ * device). *count (may be NULL) receives their length. */
+STRATA_API float *par_gpt_params(par_gpt_t *model, size_t *count);
+STRATA_API float *par_gpt_grads(par_gpt_t *model, size_t *count);
+/* Logits (B, T, V) of the last forward, on the model's device; owned by the model. */
+STRATA_API const float *par_gpt_logits(const par_gpt_t *model);
+/* The configuration the model was built with. */
+STRATA_API const par_gpt_config_t *par_gpt_config(const par_gpt_t *model);
+/* The named views, in layout order: view i of n (NULL when out of range). */
+STRATA_API int par_gpt_num_views(const par_gpt_t *model);
+STRATA_API const par_gpt_view_t *par_gpt_view(const par_gpt_t *model, int i);
+/* The view called `name`, or NULL. */
+STRATA_API const par_gpt_view_t *par_gpt_find_view(const par_gpt_t *model, const char *name);
+/* Current and peak bytes the model allocated on its device (parameters,
+ * gradients, activations), from libtensor's memory accountant. */
+STRATA_API int par_gpt_memory(const par_gpt_t *model, size_t *current, size_t *peak);
+/* Model FLOPs per token of one forward+backward at sequence length T:
+ * 6 N + 6 L h T (matmuls, attention scores and values counted once each way). */
+STRATA_API double par_gpt_flops_per_token(const par_gpt_config_t *cfg, int T);
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -1,0 +1,309 @@
+/* The GPT model: configuration checks, the flat parameter and gradient
+ * arrays with their named views, initialisation by global index, activation
+ * buffers and accessors. The layers are in gpt_layers.c. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_internal.h"
+
+static __thread char create_err[GPT_ERRLEN];
+
+const char *par_gpt_create_error(void) { return create_err; }
+
+int gpt_seterr(par_gpt_t *m, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m ? m->err : create_err, GPT_ERRLEN, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int gpt_tensor_err(par_gpt_t *m, int code) {
+  return gpt_seterr(m, code, "%s", tensor_last_error(m->tc));
+}
+
+const char *par_gpt_last_error(const par_gpt_t *m) { return m ? m->err : "no model"; }
+
+static int check_config(const par_gpt_config_t *c, char *msg, size_t len) {
+  if (!c) return snprintf(msg, len, "par_gpt: NULL configuration"), STRATA_EINVAL;
+  if (c->layers < 1 || c->hidden < 1 || c->heads < 1 || c->seq < 1 || c->vocab < 1)
+    return snprintf(msg, len,
+                    "par_gpt: layers %d, hidden %d, heads %d, seq %d, vocab %d must all be >= 1",
+                    c->layers, c->hidden, c->heads, c->seq, c->vocab),
+           STRATA_EINVAL;
+  if (c->hidden % c->heads)
+    return snprintf(msg, len, "par_gpt: hidden %d is not divisible by heads %d", c->hidden, c->heads),
+           STRATA_EINVAL;
+  return STRATA_OK;
+}
+
+size_t par_gpt_param_count(const par_gpt_config_t *c) {
+  char msg[GPT_ERRLEN];
+  if (check_config(c, msg, sizeof msg)) return 0;
+  size_t h = (size_t)c->hidden;
+  return (size_t)c->vocab * h + (size_t)c->seq * h + (size_t)c->layers * (12 * h * h + 13 * h) + 2 * h;
+}
+
+double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
+  return 6.0 * (double)par_gpt_param_count(c) + 6.0 * c->layers * c->hidden * (double)T;
+}
+
+/* ---- views ---- */
+
+enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
+
+typedef struct {
+  int init;
+  float std;
+} view_init_t;
+
+static void add_view(par_gpt_t *m, char **names, size_t *off, view_init_t *inits, const char *name,
+                     int ndim, int64_t d0, int64_t d1, int decay, int init, float std) {
+  par_gpt_view_t *v = &m->views[m->nviews];
+  v->name = *names;
+  *names += sprintf(*names, "%s", name) + 1;
+  v->offset = *off;
+  v->ndim = ndim;
+  v->shape[0] = d0;
+  v->shape[1] = ndim > 1 ? d1 : 0;
+  v->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+  v->decay = decay;
+  inits[m->nviews].init = init;
+  inits[m->nviews].std = std;
+  *off += v->numel;
+  m->nviews++;
+}
+
+static tensor_t view_of(par_gpt_t *m, const tensor_t *flat, const par_gpt_view_t *v) {
+  float *p = (float *)flat->data + v->offset;
+  return tensor_view(p, TENSOR_F32, m->device, v->ndim, v->shape);
+}
+
+static void bind2(par_gpt_t *m, gpt_param2_t *p, int vi) {
+  p->w = view_of(m, &m->params, &m->views[vi]);
+  p->dw = view_of(m, &m->grads, &m->views[vi]);
+  p->b = view_of(m, &m->params, &m->views[vi + 1]);
+  p->db = view_of(m, &m->grads, &m->views[vi + 1]);
+}
+
+int par_gpt_create(par_gpt_t **model, const par_gpt_config_t *cfg, uint64_t seed) {
+  return par_gpt_create_ex(model, cfg, NULL, seed);
+}
+
+int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_gpt_options_t *opts,
+                      uint64_t seed) {
+  int rc = STRATA_OK;
+  par_gpt_t *m = NULL;
+  view_init_t *inits = NULL;
+  create_err[0] = 0;
+  if (!model) return STRATA_EINVAL;
+  *model = NULL;
+  rc = check_config(cfg, create_err, sizeof create_err);
+  if (rc) goto fail;
+  m = calloc(1, sizeof *m);
+  if (!m) {
+    rc = gpt_seterr(NULL, STRATA_ENOMEM, "par_gpt_create: model struct");
+    goto fail;
+  }
+  m->cfg = *cfg;
+  par_gpt_options_t od = PAR_GPT_OPTIONS_DEFAULTS;
+  m->opts = opts ? *opts : od;
+  m->device = m->opts.device < 0 ? TENSOR_CPU : m->opts.device;
+  tensor_ctx_options_t to = TENSOR_CTX_OPTIONS_DEFAULTS;
+  to.threads = m->opts.threads;
+  to.device = m->device < 0 ? 0 : m->device;
+  to.bf16_matmul = m->opts.bf16_matmul;
+  rc = tensor_ctx_create(&m->tc, &to);
+  if (rc) {
+    gpt_seterr(NULL, rc, "par_gpt_create: tensor context (threads %d, device %d)", to.threads, to.device);
+    goto fail;
+  }
+  int L = cfg->layers;
+  int64_t C = cfg->hidden, V = cfg->vocab, Tm = cfg->seq;
+  int nv = 4 + 12 * L;
+  m->views = calloc((size_t)nv, sizeof *m->views);
+  m->names = calloc((size_t)nv, 32);
+  inits = calloc((size_t)nv, sizeof *inits);
+  m->blocks = calloc((size_t)L, sizeof *m->blocks);
+  if (!m->views || !m->names || !inits || !m->blocks) {
+    rc = gpt_seterr(NULL, STRATA_ENOMEM, "par_gpt_create: views of %d layers", L);
+    goto fail;
+  }
+  char *names = m->names, nm[32];
+  size_t off = 0;
+  float std = 0.02f, pstd = 0.02f / sqrtf(2.f * L);
+  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std);
+  add_view(m, &names, &off, inits, "wpe", 2, Tm, C, 1, INIT_NORMAL, std);
+  for (int l = 0; l < L; l++) {
+#define V1(suffix, n, dec, init, s)                                                                \
+  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 1, n, 0, dec, init, s)
+#define V2(suffix, r, c, s)                                                                        \
+  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 2, r, c, 1, INIT_NORMAL, s)
+    V1("ln_1.w", C, 0, INIT_ONES, 0);
+    V1("ln_1.b", C, 0, INIT_ZEROS, 0);
+    V2("attn.qkv.w", 3 * C, C, std);
+    V1("attn.qkv.b", 3 * C, 0, INIT_ZEROS, 0);
+    V2("attn.proj.w", C, C, pstd);
+    V1("attn.proj.b", C, 0, INIT_ZEROS, 0);
+    V1("ln_2.w", C, 0, INIT_ONES, 0);
+    V1("ln_2.b", C, 0, INIT_ZEROS, 0);
+    V2("mlp.fc.w", 4 * C, C, std);
+    V1("mlp.fc.b", 4 * C, 0, INIT_ZEROS, 0);
+    V2("mlp.proj.w", C, 4 * C, pstd);
+    V1("mlp.proj.b", C, 0, INIT_ZEROS, 0);
+#undef V1
+#undef V2
+  }
+  add_view(m, &names, &off, inits, "ln_f.w", 1, C, 0, 0, INIT_ONES, 0);
+  add_view(m, &names, &off, inits, "ln_f.b", 1, C, 0, 0, INIT_ZEROS, 0);
+  int64_t n = (int64_t)off;
+  rc = tensor_alloc(m->tc, &m->params, TENSOR_F32, m->device, 1, &n);
+  if (!rc) rc = tensor_alloc(m->tc, &m->grads, TENSOR_F32, m->device, 1, &n);
+  if (rc) {
+    gpt_seterr(NULL, rc, "par_gpt_create: %lld parameters: %s", (long long)n, tensor_last_error(m->tc));
+    goto fail;
+  }
+  for (int i = 0; i < m->nviews; i++) {
+    tensor_t v = view_of(m, &m->params, &m->views[i]);
+    if (inits[i].init == INIT_NORMAL)
+      rc = tensor_fill_normal(m->tc, &v, seed, m->views[i].name, NULL, 0.f, inits[i].std);
+    else if (inits[i].init == INIT_ONES)
+      rc = tensor_fill(m->tc, &v, 1.f);
+    if (rc) {
+      gpt_seterr(NULL, rc, "par_gpt_create: initialising %s: %s", m->views[i].name, tensor_last_error(m->tc));
+      goto fail;
+    }
+  }
+  m->wte = view_of(m, &m->params, &m->views[0]);
+  m->dwte = view_of(m, &m->grads, &m->views[0]);
+  m->wpe = view_of(m, &m->params, &m->views[1]);
+  m->dwpe = view_of(m, &m->grads, &m->views[1]);
+  for (int l = 0; l < L; l++) {
+    int b = 2 + 12 * l;
+    gpt_block_t *k = &m->blocks[l];
+    bind2(m, &k->ln1, b), bind2(m, &k->qkv, b + 2), bind2(m, &k->proj, b + 4);
+    bind2(m, &k->ln2, b + 6), bind2(m, &k->fc, b + 8), bind2(m, &k->fcproj, b + 10);
+  }
+  bind2(m, &m->lnf, 2 + 12 * L);
+  *model = m;
+  m = NULL;
+fail:
+  free(inits);
+  par_gpt_destroy(m);
+  return rc;
+}
+
+static void free_acts(par_gpt_t *m) {
+  tensor_free(m->tc, &m->act_store);
+  tensor_free(m->tc, &m->g_store);
+  tensor_free(m->tc, &m->tokens);
+  tensor_free(m->tc, &m->targets);
+  free(m->x), free(m->acts), free(m->host_losses), free(m->host_ids);
+  m->x = NULL, m->acts = NULL, m->host_losses = NULL, m->host_ids = NULL;
+  m->cap_bt = 0;
+}
+
+void par_gpt_destroy(par_gpt_t *m) {
+  if (!m) return;
+  if (m->tc) {
+    free_acts(m);
+    tensor_free(m->tc, &m->params);
+    tensor_free(m->tc, &m->grads);
+    tensor_ctx_destroy(m->tc);
+  }
+  free(m->views), free(m->names), free(m->blocks);
+  free(m);
+}
+
+/* Carves the activation and gradient-scratch views for (B, T) out of the two
+ * stores, growing them when B*T exceeds what they hold. */
+int gpt_prepare(par_gpt_t *m, int B, int T) {
+  int rc = STRATA_OK;
+  int L = m->cfg.layers, NH = m->cfg.heads, nsets = m->cfg.recompute ? 1 : L;
+  int64_t C = m->cfg.hidden, V = m->cfg.vocab, R = (int64_t)B * T;
+  int64_t per_set = 15 * R * C + 4 * R + R * NH;
+  int64_t acts_n = (L + 1) * R * C + nsets * per_set + 2 * R * C + 4 * R + R * V;
+  int64_t grads_n = 14 * R * C + R * V;
+  if (R > m->cap_bt) {
+    free_acts(m);
+    m->x = calloc((size_t)L + 1, sizeof *m->x);
+    m->acts = calloc((size_t)nsets, sizeof *m->acts);
+    m->host_losses = malloc((size_t)R * sizeof(float));
+    m->host_ids = malloc((size_t)R * sizeof(int32_t));
+    if (!m->x || !m->acts || !m->host_losses || !m->host_ids) {
+      rc = gpt_seterr(m, STRATA_ENOMEM, "par_gpt: activation tables for %lld tokens", (long long)R);
+      goto fail;
+    }
+    int64_t r1 = R;
+    if ((rc = tensor_alloc(m->tc, &m->act_store, TENSOR_F32, m->device, 1, &acts_n)) ||
+        (rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, m->device, 1, &grads_n)) ||
+        (rc = tensor_alloc(m->tc, &m->tokens, TENSOR_I32, m->device, 1, &r1)) ||
+        (rc = tensor_alloc(m->tc, &m->targets, TENSOR_I32, m->device, 1, &r1))) {
+      gpt_seterr(m, rc, "par_gpt: activations for B*T = %lld tokens: %s", (long long)R,
+                 tensor_last_error(m->tc));
+      free_acts(m);
+      goto fail;
+    }
+    m->cap_bt = R;
+  }
+  float *p = m->act_store.data;
+  int dev = m->device;
+#define T3(t, c) (t) = tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += R * (c)
+#define T2(t) (t) = tensor_view2(p, TENSOR_F32, dev, B, T), p += R
+  for (int l = 0; l <= L; l++) T3(m->x[l], C);
+  for (int s = 0; s < nsets; s++) {
+    gpt_acts_t *a = &m->acts[s];
+    T3(a->ln1, C), T2(a->ln1_mean), T2(a->ln1_rstd), T3(a->qkv, 3 * C), T3(a->atty, C);
+    a->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH;
+    T3(a->res2, C), T3(a->ln2, C), T2(a->ln2_mean), T2(a->ln2_rstd), T3(a->fch, 4 * C), T3(a->fch_gelu, 4 * C);
+  }
+  T3(m->lnf_out, C), T2(m->lnf_mean), T2(m->lnf_rstd), T3(m->logits, V), T2(m->losses), T2(m->lse);
+  T3(m->tmp, C);
+  p = m->g_store.data;
+  T3(m->dres, C), T3(m->dln, C), T3(m->dqkv, 3 * C), T3(m->datty, C), T3(m->dfch, 4 * C),
+      T3(m->dfch_gelu, 4 * C), T3(m->dlogits, V);
+  /* dlogits is last: the view arithmetic above must not outgrow the stores. */
+  m->tokens.ndim = 2, m->tokens.shape[0] = B, m->tokens.shape[1] = T;
+  m->targets.ndim = 2, m->targets.shape[0] = B, m->targets.shape[1] = T;
+#undef T3
+#undef T2
+  m->B = B;
+  m->T = T;
+fail:
+  return rc;
+}
+
+/* ---- accessors ---- */
+
+float *par_gpt_params(par_gpt_t *m, size_t *count) {
+  if (count) *count = m ? (size_t)tensor_numel(&m->params) : 0;
+  return m ? m->params.data : NULL;
+}
+float *par_gpt_grads(par_gpt_t *m, size_t *count) {
+  if (count) *count = m ? (size_t)tensor_numel(&m->grads) : 0;
+  return m ? m->grads.data : NULL;
+}
+const float *par_gpt_logits(const par_gpt_t *m) { return m && m->cap_bt ? m->logits.data : NULL; }
+const par_gpt_config_t *par_gpt_config(const par_gpt_t *m) { return m ? &m->cfg : NULL; }
+int par_gpt_num_views(const par_gpt_t *m) { return m ? m->nviews : 0; }
+const par_gpt_view_t *par_gpt_view(const par_gpt_t *m, int i) {
+  return m && i >= 0 && i < m->nviews ? &m->views[i] : NULL;
+}
+const par_gpt_view_t *par_gpt_find_view(const par_gpt_t *m, const char *name) {
+  for (int i = 0; m && name && i < m->nviews; i++)
+    if (!strcmp(m->views[i].name, name)) return &m->views[i];
+  return NULL;
+}
+int par_gpt_memory(const par_gpt_t *m, size_t *current, size_t *peak) {
+  if (!m) return STRATA_EINVAL;
+  return tensor_memory(m->tc, m->device, current, peak);
+}
+
+int par_gpt_zero_grad(par_gpt_t *m) {
+  if (!m) return STRATA_EINVAL;
+  int rc = tensor_zero(m->tc, &m->grads);
+  return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
+}

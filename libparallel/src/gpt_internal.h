@@ -1,0 +1,77 @@
+/* The GPT model's internals: parameter views as tensors, activation buffers,
+ * and the layer functions that parallel layouts replace. */
+#ifndef STRATA_PAR_GPT_INTERNAL_H
+#define STRATA_PAR_GPT_INTERNAL_H
+
+#include <strata/parallel.h>
+#include <strata/tensor.h>
+
+#define GPT_ERRLEN 512
+#define GPT_LN_EPS 1e-5f
+
+typedef struct {
+  tensor_t w, b;   /* parameter views */
+  tensor_t dw, db; /* gradient views */
+} gpt_param2_t;
+
+typedef struct {
+  gpt_param2_t ln1, qkv, proj, ln2, fc, fcproj;
+} gpt_block_t;
+
+/* A block's saved activations (rows = B*T). */
+typedef struct {
+  tensor_t ln1, ln1_mean, ln1_rstd; /* (B,T,h), (B,T) x2 */
+  tensor_t qkv;                     /* (B,T,3h) */
+  tensor_t atty;                    /* (B,T,h) attention output before the projection */
+  tensor_t lse;                     /* (B,NH,T) softmax log-sum-exp */
+  tensor_t res2;                    /* (B,T,h) residual after attention */
+  tensor_t ln2, ln2_mean, ln2_rstd;
+  tensor_t fch, fch_gelu;           /* (B,T,4h) */
+} gpt_acts_t;
+
+struct par_gpt {
+  par_gpt_config_t cfg;
+  par_gpt_options_t opts;
+  tensor_ctx_t *tc;
+  int device;
+  tensor_t params, grads; /* flat f32 */
+  int nviews;
+  par_gpt_view_t *views;
+  char *names; /* storage of the view names */
+  tensor_t wte, wpe, dwte, dwpe;
+  gpt_param2_t lnf;
+  gpt_block_t *blocks;
+  /* activations, sized for `cap_bt` rows */
+  int64_t cap_bt;
+  int B, T;             /* shape of the last forward */
+  int have_targets;     /* the last forward kept what backward needs */
+  tensor_t act_store;   /* one allocation holding everything below */
+  tensor_t *x;          /* L+1 residual streams (B,T,h): x[0] embeddings, x[l+1] block outputs */
+  gpt_acts_t *acts;     /* L sets, or 1 scratch set with recompute */
+  int scratch_layer;    /* with recompute: the block whose activations the scratch set holds */
+  tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
+  tensor_t tokens, targets; /* (B,T) i32 on the device */
+  tensor_t tmp;             /* (B,T,h) */
+  /* gradient scratch, reused by every block */
+  tensor_t g_store;
+  tensor_t dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
+  float *host_losses;
+  int32_t *host_ids;
+  char err[GPT_ERRLEN];
+};
+
+/* Sizes the activation buffers for (B, T). */
+int gpt_prepare(par_gpt_t *m, int B, int T);
+int gpt_seterr(par_gpt_t *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Copies libtensor's message into the model's after a failed tensor call. */
+int gpt_tensor_err(par_gpt_t *m, int code);
+
+/* ---- layers (serial versions; parallel layouts provide their own) ---- */
+int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids);
+int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids);
+int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, tensor_t *y);
+int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x);
+int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss);
+int gpt_head_backward(par_gpt_t *m, const tensor_t *x);
+
+#endif

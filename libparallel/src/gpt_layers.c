@@ -1,0 +1,187 @@
+/* The GPT model's layers and its forward/backward. Each layer is a flat
+ * forward/backward pair over libtensor ops (the llm.c pattern); a parallel
+ * layout replaces a layer (vocab-parallel embedding and head, column/row
+ * parallel linears, sequence-split attention) without touching the rest.
+ * Backward keeps one running gradient of the residual stream (m->dres):
+ * every block's backward receives dL/d(output) there and leaves dL/d(input). */
+#include <math.h>
+#include <string.h>
+
+#include "gpt_internal.h"
+
+#define T_(call)                                                                                   \
+  do {                                                                                             \
+    rc = (call);                                                                                   \
+    if (rc != STRATA_OK) {                                                                         \
+      gpt_tensor_err(m, rc);                                                                       \
+      goto fail;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids) {
+  int rc = STRATA_OK;
+  T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &m->wpe));
+fail:
+  return rc;
+}
+
+int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids) {
+  int rc = STRATA_OK;
+  T_(tensor_embedding_backward(m->tc, &m->dwte, &m->dwpe, dout, ids));
+fail:
+  return rc;
+}
+
+/* y = x + proj(attn(qkv(ln1(x)))), then y += fcproj(gelu(fc(ln2(.)))). */
+int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, tensor_t *y) {
+  int rc = STRATA_OK;
+  gpt_block_t *k = &m->blocks[l];
+  tensor_ctx_t *tc = m->tc;
+  T_(tensor_layernorm_forward(tc, &a->ln1, &a->ln1_mean, &a->ln1_rstd, x, &k->ln1.w, &k->ln1.b, GPT_LN_EPS));
+  T_(tensor_linear_forward(tc, &a->qkv, &a->ln1, &k->qkv.w, &k->qkv.b));
+  T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads));
+  T_(tensor_linear_forward(tc, &m->tmp, &a->atty, &k->proj.w, &k->proj.b));
+  T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
+  T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
+                              GPT_LN_EPS));
+  T_(tensor_linear_forward(tc, &a->fch, &a->ln2, &k->fc.w, &k->fc.b));
+  T_(tensor_gelu_forward(tc, &a->fch_gelu, &a->fch));
+  T_(tensor_linear_forward(tc, &m->tmp, &a->fch_gelu, &k->fcproj.w, &k->fcproj.b));
+  T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
+  m->scratch_layer = l;
+fail:
+  return rc;
+}
+
+/* On entry m->dres = dL/dy; on exit dL/dx. The residual paths are the
+ * identity, so each layernorm's backward simply accumulates into m->dres. */
+int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
+  int rc = STRATA_OK;
+  gpt_block_t *k = &m->blocks[l];
+  tensor_ctx_t *tc = m->tc;
+  T_(tensor_zero(tc, &m->dfch_gelu));
+  T_(tensor_linear_backward(tc, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dres, &a->fch_gelu,
+                            &k->fcproj.w));
+  T_(tensor_zero(tc, &m->dfch));
+  T_(tensor_gelu_backward(tc, &m->dfch, &m->dfch_gelu, &a->fch));
+  T_(tensor_zero(tc, &m->dln));
+  T_(tensor_linear_backward(tc, &m->dln, &k->fc.dw, &k->fc.db, &m->dfch, &a->ln2, &k->fc.w));
+  T_(tensor_layernorm_backward(tc, &m->dres, &k->ln2.dw, &k->ln2.db, &m->dln, &a->res2, &k->ln2.w,
+                               &a->ln2_mean, &a->ln2_rstd));
+  T_(tensor_zero(tc, &m->datty));
+  T_(tensor_linear_backward(tc, &m->datty, &k->proj.dw, &k->proj.db, &m->dres, &a->atty, &k->proj.w));
+  T_(tensor_zero(tc, &m->dqkv));
+  T_(tensor_attention_backward(tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads));
+  T_(tensor_zero(tc, &m->dln));
+  T_(tensor_linear_backward(tc, &m->dln, &k->qkv.dw, &k->qkv.db, &m->dqkv, &a->ln1, &k->qkv.w));
+  T_(tensor_layernorm_backward(tc, &m->dres, &k->ln1.dw, &k->ln1.db, &m->dln, x, &k->ln1.w,
+                               &a->ln1_mean, &a->ln1_rstd));
+fail:
+  return rc;
+}
+
+/* Final layernorm, tied LM head (logits = ln_f(x) wte^T), cross-entropy. */
+int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss) {
+  int rc = STRATA_OK;
+  tensor_ctx_t *tc = m->tc;
+  T_(tensor_layernorm_forward(tc, &m->lnf_out, &m->lnf_mean, &m->lnf_rstd, x, &m->lnf.w, &m->lnf.b,
+                              GPT_LN_EPS));
+  T_(tensor_linear_forward(tc, &m->logits, &m->lnf_out, &m->wte, NULL));
+  if (!with_loss) goto fail;
+  T_(tensor_xent_forward(tc, &m->losses, &m->lse, &m->logits, &m->targets));
+  int64_t R = (int64_t)m->B * m->T;
+  tensor_t hl = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, R);
+  tensor_t dl = tensor_view1(m->losses.data, TENSOR_F32, m->device, R);
+  T_(tensor_copy(tc, &hl, &dl));
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < R; i++)
+    if (m->host_ids[i] >= 0) sum += m->host_losses[i], count++;
+  *loss = count ? (float)(sum / count) : 0.f;
+fail:
+  return rc;
+}
+
+int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
+  int rc = STRATA_OK;
+  tensor_ctx_t *tc = m->tc;
+  int64_t R = (int64_t)m->B * m->T, count = 0;
+  for (int64_t i = 0; i < R; i++) count += m->host_ids[i] >= 0;
+  T_(tensor_zero(tc, &m->dlogits));
+  T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, count ? 1.f / count : 0.f));
+  T_(tensor_zero(tc, &m->dln));
+  T_(tensor_linear_backward(tc, &m->dln, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
+  T_(tensor_zero(tc, &m->dres));
+  T_(tensor_layernorm_backward(tc, &m->dres, &m->lnf.dw, &m->lnf.db, &m->dln, x, &m->lnf.w,
+                               &m->lnf_mean, &m->lnf_rstd));
+fail:
+  return rc;
+}
+
+/* ---- the model ---- */
+
+static gpt_acts_t *acts_of(par_gpt_t *m, int l) { return &m->acts[m->cfg.recompute ? 0 : l]; }
+
+int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets, int B, int T,
+                    float *loss) {
+  int rc = STRATA_OK;
+  if (!m) return STRATA_EINVAL;
+  m->have_targets = 0;
+  if (loss) *loss = NAN;
+  if (!tokens || B < 1 || T < 1 || T > m->cfg.seq || (targets && !loss)) {
+    rc = gpt_seterr(m, STRATA_EINVAL,
+                    "par_gpt_forward: tokens %p, targets %p, loss %p, B %d, T %d (1 <= T <= seq %d)",
+                    (const void *)tokens, (const void *)targets, (void *)loss, B, T, m->cfg.seq);
+    goto fail;
+  }
+  int64_t R = (int64_t)B * T;
+  for (int64_t i = 0; i < R; i++) {
+    if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab) {
+      rc = gpt_seterr(m, STRATA_EINVAL, "par_gpt_forward: tokens[%lld] = %d outside [0, %d)",
+                      (long long)i, tokens[i], m->cfg.vocab);
+      goto fail;
+    }
+    if (targets && targets[i] >= m->cfg.vocab) {
+      rc = gpt_seterr(m, STRATA_EINVAL, "par_gpt_forward: targets[%lld] = %d >= vocab %d",
+                      (long long)i, targets[i], m->cfg.vocab);
+      goto fail;
+    }
+  }
+  if ((rc = gpt_prepare(m, B, T))) goto fail;
+  tensor_t h = tensor_view2((void *)tokens, TENSOR_I32, TENSOR_CPU, B, T);
+  T_(tensor_copy(m->tc, &m->tokens, &h));
+  if (targets) {
+    memcpy(m->host_ids, targets, (size_t)R * sizeof(int32_t));
+    h.data = (void *)targets;
+    T_(tensor_copy(m->tc, &m->targets, &h));
+  }
+  if ((rc = gpt_embed_forward(m, &m->x[0], &m->tokens))) goto fail;
+  for (int l = 0; l < m->cfg.layers; l++)
+    if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) goto fail;
+  if ((rc = gpt_head_forward(m, &m->x[m->cfg.layers], targets != NULL, loss))) goto fail;
+  m->have_targets = targets != NULL;
+fail:
+  return rc;
+}
+
+int par_gpt_backward(par_gpt_t *m) {
+  int rc = STRATA_OK;
+  if (!m) return STRATA_EINVAL;
+  if (!m->have_targets) {
+    rc = gpt_seterr(m, STRATA_ESTATE, "par_gpt_backward: no forward with targets to differentiate");
+    goto fail;
+  }
+  int L = m->cfg.layers;
+  if ((rc = gpt_head_backward(m, &m->x[L]))) goto fail;
+  for (int l = L - 1; l >= 0; l--) {
+    /* With recompute only the block inputs were kept: rebuild this block's
+     * activations (its output is rewritten with the same values) unless
+     * the scratch set still holds them. */
+    if (m->cfg.recompute && m->scratch_layer != l)
+      if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) goto fail;
+    if ((rc = gpt_block_backward(m, l, acts_of(m, l), &m->x[l]))) goto fail;
+  }
+  if ((rc = gpt_embed_backward(m, &m->dres, &m->tokens))) goto fail;
+fail:
+  return rc;
+}
