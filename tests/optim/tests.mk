@@ -5,3 +5,8 @@ $(BUILD)/bin/test_optim: tests/optim/ref.h
 $(eval $(call strata_criterion,test_optim,$(OPTIM_TEST_SRCS),optim))
 $(eval $(call strata_program,optim_consumer,tests/optim/consumer.c,optim))
 TEST_SUITES += sh:tests/optim/consumer.sh
+# CUDA vs CPU (plain program: no MPI, no Criterion, no OpenBLAS).
+ifeq ($(HAVE_CUDA),1)
+$(eval $(call strata_program,optim_gpu_equiv,tests/optim/gpu_equiv.c,optim))
+GPU_TESTS += $(BUILD)/bin/optim_gpu_equiv
+endif
