@@ -72,7 +72,9 @@ typedef struct {
    * root, sequence number) with one 16-byte allreduce; a disagreement is
    * returned as STRATA_EINVAL with every rank's arguments, instead of a hang
    * or a wrong result. 1 by default; 0 trades that safety for one small
-   * message per call. */
+   * message per call. Without it, mismatched collectives are undefined in
+   * MPI and not always caught: Open MPI was seen to complete a broadcast on
+   * one rank against another rank's allreduce, silently, with wrong data. */
   int check_args;
   /* Placement of mesh axes: the node of this rank, or -1 to detect it with
    * an MPI shared-memory split. Ranks with equal node ids share a node. */
@@ -239,7 +241,7 @@ STRATA_API void comm_mesh_destroy(comm_mesh_t *m);
  * "tp,dp" (comma-separated, any order; ranks in it are ordered innermost
  * axis first). Borrowed from the mesh. */
 STRATA_API int comm_mesh_group(comm_mesh_t *m, const char *axes, comm_t **out);
-/* This rank's coordinate along an axis; -1 (and an error on the mesh) if unknown. */
+/* This rank's coordinate along an axis; -1 if the mesh has no such axis. */
 STRATA_API int comm_mesh_coord(const comm_mesh_t *m, const char *axis);
 /* Size of an axis; -1 if unknown. */
 STRATA_API int comm_mesh_axis_size(const comm_mesh_t *m, const char *axis);
