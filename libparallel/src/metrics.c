@@ -270,6 +270,29 @@ done:
   return rc;
 }
 
+int par_metrics_read_attr(const char *path, const char *name, char **value, char *err,
+                          size_t errlen) {
+  char msg[512] = "", h5[256];
+  hid_t f = -1;
+  int rc;
+  h5_quiet();
+  if (!path || !name || !value) return STRATA_EINVAL;
+  *value = NULL;
+  if ((rc = open_existing(path, &f, msg, sizeof msg)) != STRATA_OK) goto done;
+  if (H5Aexists(f, name) <= 0) {
+    snprintf(msg, sizeof msg, "metrics '%s': no attribute '%s'", path, name);
+    rc = STRATA_ENOTFOUND;
+  } else if (!(*value = h5_get_str_attr(f, name))) {
+    snprintf(msg, sizeof msg, "metrics '%s': attribute '%s' is not a string (%s)", path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  }
+done:
+  if (f >= 0) H5Fclose(f);
+  if (rc != STRATA_OK && err && errlen) snprintf(err, errlen, "%s", msg);
+  return rc;
+}
+
 typedef struct {
   char **names;
   int count, cap;

@@ -150,6 +150,10 @@ STRATA_API int par_metrics_set_attr(par_metrics_t *m, const char *name, const ch
  * caller frees) and its length into *n. ENOTFOUND for an unknown name. */
 STRATA_API int par_metrics_read(const char *path, const char *name, double **values, size_t *n,
                                 char *err, size_t errlen);
+/* Reads string attribute `name` of a metrics file into *value (malloc'd,
+ * caller frees). ENOTFOUND when absent. */
+STRATA_API int par_metrics_read_attr(const char *path, const char *name, char **value, char *err,
+                                     size_t errlen);
 /* Lists the metric names of a file: *names is a malloc'd array of malloc'd
  * strings (caller frees each and the array). */
 STRATA_API int par_metrics_names(const char *path, char ***names, int *count, char *err,

@@ -1,0 +1,94 @@
+-- strata.experiment{...}: validate the recipe (schema.lua), apply the
+-- command line, prepare the run (ranks, data) and hand it to the training
+-- loop. Also strata.option for recipes that write their own loop.
+local M = ...
+
+local function raise(where, path, value, why)
+  M.schema_error(where, path, value, why)
+end
+
+local function parsed_overrides()
+  if not M._parsed then
+    M._parsed = {}
+    for _, a in ipairs(M.overrides or {}) do M._parsed[#M._parsed + 1] = M.parse_override(a) end
+  end
+  return M._parsed
+end
+
+-- A run failure (not a recipe error): one line, exit status 1.
+local function fail(msg)
+  error({message = msg, status = 1, same_on_all_ranks = true}, 0)
+end
+M.fail = fail
+
+-- strata.option("train.steps", 100): the command-line value of a dotted
+-- path, else the default; for recipes that write their own loop.
+function M.option(path, default)
+  for _, o in ipairs(parsed_overrides()) do
+    if o.path == path then
+      o.used = true
+      if default ~= nil and type(o.value) ~= type(default) then
+        raise("command line", path, o.value, "expected a " .. type(default))
+      end
+      return o.value
+    end
+  end
+  return default
+end
+
+-- Called by the executable after the recipe returns: an override that
+-- nothing read is an error, not a silent no-op.
+function M.check_overrides_used()
+  if M._experiment_called then return end
+  for _, o in ipairs(parsed_overrides()) do
+    if not o.used then
+      raise("command line", o.path, o.value,
+            "not used: this recipe calls no strata.experiment and never asked for it with strata.option")
+    end
+  end
+end
+
+function M.experiment(recipe)
+  if type(recipe) ~= "table" then
+    local info = debug.getinfo(2, "Sl")
+    raise(string.format("%s:%d", (info.source or "?"):gsub("^@", ""), info.currentline or 0),
+          "experiment", recipe, "expected a table: strata.experiment{ model = {...}, ... }")
+  end
+  local info = debug.getinfo(2, "Sl")
+  local where = {line = info.currentline}
+  if info.source and info.source:sub(1, 1) == "@" then where.source = info.source:sub(2) end
+  M._experiment_called = true
+  local cfg = M.validate(recipe, where, parsed_overrides())
+  return M.prepare_and_train(cfg)
+end
+
+function M.prepare_and_train(cfg)
+  local rank, size = M.world()
+  local p = cfg.parallel
+  local dp = p.dp == "auto" and size // (p.tp * p.pp * p.sp) or p.dp
+  local product = dp * p.tp * p.pp * p.sp
+  if product ~= size or dp < 1 then
+    raise(cfg._locate("parallel.dp"), "parallel.dp", p.dp,
+          string.format("dp*tp*pp*sp = %d but %d ranks are running (start with strata run -n %d)",
+                        product, size, product))
+  end
+  cfg.parallel.dp = dp
+  local d = cfg.data
+  local data, err = M.data.open{
+    source = d.source, path = d.path, val_path = d.val_path, val_fraction = d.val_fraction,
+    seq = cfg.model.seq, seed = d.seed, tokens = d.tokens, fanout = d.fanout, skew = d.skew,
+    markov_seed = d.markov_seed}
+  if not data then fail(err) end
+  if cfg.model.vocab == "auto" then
+    cfg.model.vocab = data:vocab()
+  elseif data:vocab() > cfg.model.vocab then
+    raise(cfg._locate("model.vocab"), "model.vocab", cfg.model.vocab,
+          string.format("the data holds token %d (vocabulary %d)", data:vocab() - 1, data:vocab()))
+  end
+  if not M.train then
+    data:close()
+    fail("training needs the GPT model of libparallel (par_gpt) and liboptim, which this build " ..
+         "of strata does not include yet")
+  end
+  return M.train(cfg, data, {rank = rank, size = size})
+end

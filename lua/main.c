@@ -1,0 +1,339 @@
+/* strata: the executable. Commands: run, info, plot, help.
+ *
+ * Exit statuses: 0 success, 1 a run failed, 2 the command line or the
+ * recipe is wrong (unknown command, syntax error, schema violation). */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <strata/parallel.h>
+
+#include "strata_lua.h"
+
+static const char *usage =
+    "usage: strata <command> [arguments]\n"
+    "\n"
+    "  strata run [-n N] RECIPE.lua [key=value ...]\n"
+    "      Runs a recipe. key=value pairs override the recipe's settings by\n"
+    "      dotted path (train.steps=50 data.seed=3 train.resume=true).\n"
+    "      -n N starts N ranks with mpirun; under mpirun, strata just runs.\n"
+    "  strata info\n"
+    "      Versions of MPI, HDF5, Lua, OpenBLAS, CUDA and NCCL; devices; threads.\n"
+    "  strata plot METRICS.h5 [name ...] -o FILE.png\n"
+    "      Plots metrics against step (default: loss and val_loss) with gnuplot.\n"
+    "  strata help\n"
+    "      This text.\n"
+    "\n"
+    "Recipes are Lua 5.4 scripts: local strata = require 'strata' ... see docs/recipes.md.\n"
+    "Environment: STRATA_THREADS overrides threads per rank (default cores / ranks on the node);\n"
+    "STRATA_DEBUG=1 adds Lua tracebacks to errors.\n";
+
+/* World rank from the launcher's environment (before MPI starts). */
+static int env_rank(void) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
+  if (!r) r = getenv("PMI_RANK");
+  return r ? atoi(r) : 0;
+}
+static int env_size(void) {
+  const char *s = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!s) s = getenv("PMI_SIZE");
+  return s ? atoi(s) : 0;
+}
+
+/* Threads per rank: cores / ranks on this node, set before any OpenMP or
+ * BLAS work (both runtimes are already loaded, so their API is used; the
+ * environment is set too for any child process). */
+static void set_threads(void) {
+  int t = lstrata_threads(NULL, NULL);
+  char v[16];
+  snprintf(v, sizeof v, "%d", t);
+  setenv("OMP_NUM_THREADS", v, 1);
+  setenv("OPENBLAS_NUM_THREADS", v, 1);
+  omp_set_num_threads(t);
+  openblas_set_num_threads(t);
+}
+
+/* ------------------------------------------------------------------ run */
+
+/* Error values: a table {message=, status=} raised by the schema (printed as
+ * is, exit status 2), or anything else (a Lua runtime error). */
+static int msgh(lua_State *L) {
+  if (lua_istable(L, 1)) return 1;
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) msg = luaL_tolstring(L, 1, NULL);
+  const char *dbg = getenv("STRATA_DEBUG");
+  if (dbg && *dbg && strcmp(dbg, "0") != 0) luaL_traceback(L, L, msg, 1);
+  else lua_pushstring(L, msg);
+  return 1;
+}
+
+/* Reports an error value; returns the exit status. */
+static int report(lua_State *L, int rank, int size) {
+  int status = STRATA_EXIT_FAIL, same = 0;
+  const char *msg;
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "status");
+    status = (int)luaL_optinteger(L, -1, STRATA_EXIT_FAIL);
+    lua_getfield(L, -2, "same_on_all_ranks");
+    same = lua_toboolean(L, -1);
+    lua_getfield(L, -3, "message");
+    msg = lua_tostring(L, -1);
+    if (!msg) msg = "error";
+  } else {
+    msg = lua_tostring(L, -1);
+    if (!msg) msg = "error (not a string)";
+  }
+  if (!same || rank == 0) {
+    if (size > 1 && !same) fprintf(stderr, "strata: [rank %d] %s\n", rank, msg);
+    else fprintf(stderr, "strata: %s\n", msg);
+  }
+  return status;
+}
+
+static int cmd_run(int argc, char **argv) {
+  int np = 0, i = 0;
+  if (i < argc && strcmp(argv[i], "-n") == 0) {
+    if (i + 1 >= argc || (np = atoi(argv[i + 1])) < 1) {
+      fprintf(stderr, "strata run: -n needs a positive number of ranks\n");
+      return STRATA_EXIT_USAGE;
+    }
+    i += 2;
+  }
+  if (i >= argc) {
+    fprintf(stderr, "strata run: no recipe given (usage: strata run [-n N] RECIPE.lua [key=value ...])\n");
+    return STRATA_EXIT_USAGE;
+  }
+  const char *recipe = argv[i++];
+  for (int k = i; k < argc; k++) {
+    const char *eq = strchr(argv[k], '=');
+    if (!eq || eq == argv[k]) {
+      fprintf(stderr, "strata run: '%s' is not a key=value override (e.g. train.steps=50)\n",
+              argv[k]);
+      return STRATA_EXIT_USAGE;
+    }
+  }
+  if (access(recipe, R_OK) != 0) {
+    fprintf(stderr, "strata run: cannot read recipe '%s': %s\n", recipe, strerror(errno));
+    return STRATA_EXIT_USAGE;
+  }
+  if (np > 0 && env_size() == 0) {
+    /* Start the ranks: mpirun -np N ... this executable run RECIPE ... */
+    char **av = calloc((size_t)argc + 16, sizeof *av);
+    char nps[16], self[4096];
+    int a = 0;
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (!av || sl <= 0) {
+      fprintf(stderr, "strata run: cannot find this executable to start it under mpirun\n");
+      return STRATA_EXIT_FAIL;
+    }
+    self[sl] = 0;
+    snprintf(nps, sizeof nps, "%d", np);
+    av[a++] = "mpirun";
+    av[a++] = "-np";
+    av[a++] = nps;
+    av[a++] = "--oversubscribe";
+    av[a++] = "--bind-to";
+    av[a++] = "none";
+    if (geteuid() == 0) av[a++] = "--allow-run-as-root";
+    av[a++] = self;
+    av[a++] = "run";
+    for (int k = i - 1; k < argc; k++) av[a++] = argv[k];
+    av[a] = NULL;
+    fflush(stdout);
+    execvp("mpirun", av);
+    fprintf(stderr, "strata run: cannot start mpirun: %s\n", strerror(errno));
+    free(av);
+    return STRATA_EXIT_FAIL;
+  }
+  if (np > 0 && env_size() != np && env_rank() == 0)
+    fprintf(stderr, "strata run: -n %d ignored: already running under mpirun with %d ranks\n", np,
+            env_size());
+
+  set_threads();
+  int rank = env_rank(), size = env_size();
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "strata: cannot create a Lua state\n");
+    return STRATA_EXIT_FAIL;
+  }
+  luaL_openlibs(L);
+  luaL_requiref(L, "strata", luaopen_strata, 0); /* also package.loaded.strata */
+  /* The run's context for the runner: recipe path and overrides. */
+  lua_pushstring(L, recipe);
+  lua_setfield(L, -2, "recipe_path");
+  lua_createtable(L, argc - i, 0);
+  for (int k = i; k < argc; k++) {
+    lua_pushstring(L, argv[k]);
+    lua_seti(L, -2, k - i + 1);
+  }
+  lua_setfield(L, -2, "overrides");
+  lua_pop(L, 1);
+  /* Remove the global that luaL_requiref set: recipes `require "strata"`. */
+  lua_pushnil(L);
+  lua_setglobal(L, "strata");
+
+  int status = STRATA_EXIT_OK;
+  lua_pushcfunction(L, msgh);
+  int rc = luaL_loadfile(L, recipe);
+  if (rc != LUA_OK) {
+    if (rank == 0) fprintf(stderr, "strata: %s\n", lua_tostring(L, -1));
+    status = STRATA_EXIT_USAGE;
+  } else if (lua_pcall(L, 0, 0, 1) != LUA_OK) {
+    status = report(L, rank, size);
+  } else {
+    /* The runner validates overrides; a hand-written recipe that never
+     * called strata.experiment must still not ignore them silently. */
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "strata");
+    lua_getfield(L, -1, "check_overrides_used");
+    if (lua_isfunction(L, -1) && lua_pcall(L, 0, 0, 1) != LUA_OK) status = report(L, rank, size);
+  }
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (status != STRATA_EXIT_OK && init && !fin) {
+    int s = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    if (s > 1) { /* other ranks may wait in a collective: end the job */
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, status);
+    }
+  }
+  lua_close(L);
+  return status;
+}
+
+/* ------------------------------------------------------------------ plot */
+
+static int cmd_plot(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  const char *names[64];
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-o") == 0) {
+      if (++i >= argc) {
+        fprintf(stderr, "strata plot: -o needs a file name\n");
+        return STRATA_EXIT_USAGE;
+      }
+      out = argv[i];
+    } else if (!in) {
+      in = argv[i];
+    } else if (n < 64) {
+      names[n++] = argv[i];
+    }
+  }
+  if (!in || !out) {
+    fprintf(stderr, "strata plot: usage: strata plot METRICS.h5 [name ...] -o FILE.png\n");
+    return STRATA_EXIT_USAGE;
+  }
+  char err[512] = "";
+  char **avail = NULL;
+  int navail = 0;
+  int rc = par_metrics_names(in, &avail, &navail, err, sizeof err);
+  if (rc != STRATA_OK) {
+    fprintf(stderr, "strata plot: %s\n", err);
+    return STRATA_EXIT_FAIL;
+  }
+  int has_step = 0, status = STRATA_EXIT_OK;
+  for (int k = 0; k < navail; k++) has_step |= strcmp(avail[k], "step") == 0;
+  if (n == 0)
+    for (int k = 0; k < navail; k++)
+      if (!strcmp(avail[k], "loss") || !strcmp(avail[k], "val_loss")) names[n++] = avail[k];
+  if (n == 0) {
+    fprintf(stderr, "strata plot: '%s' has no loss or val_loss; name the metrics to plot\n", in);
+    status = STRATA_EXIT_USAGE;
+    goto done;
+  }
+  double *x = NULL, *y = NULL;
+  size_t nx = 0, ny = 0;
+  if (has_step && par_metrics_read(in, "step", &x, &nx, err, sizeof err) != STRATA_OK) {
+    fprintf(stderr, "strata plot: %s\n", err);
+    status = STRATA_EXIT_FAIL;
+    goto done;
+  }
+  char *title = NULL, *entropy = NULL;
+  par_metrics_read_attr(in, "name", &title, NULL, 0);
+  par_metrics_read_attr(in, "entropy_rate", &entropy, NULL, 0);
+  FILE *gp = popen("gnuplot", "w");
+  if (!gp) {
+    fprintf(stderr, "strata plot: cannot start gnuplot: %s\n", strerror(errno));
+    status = STRATA_EXIT_FAIL;
+    goto plotdone;
+  }
+  for (int k = 0; k < n; k++) {
+    rc = par_metrics_read(in, names[k], &y, &ny, err, sizeof err);
+    if (rc != STRATA_OK) {
+      fprintf(stderr, "strata plot: %s\n", err);
+      status = rc == STRATA_ENOTFOUND ? STRATA_EXIT_USAGE : STRATA_EXIT_FAIL;
+      break;
+    }
+    fprintf(gp, "$d%d << EOD\n", k);
+    for (size_t r = 0; r < ny; r++)
+      if (isfinite(y[r])) fprintf(gp, "%.17g %.17g\n", x && r < nx ? x[r] : (double)r, y[r]);
+    fprintf(gp, "EOD\n");
+    free(y);
+    y = NULL;
+  }
+  if (status == STRATA_EXIT_OK) {
+    fprintf(gp, "set terminal pngcairo size 960,600 enhanced font 'sans,11'\n");
+    fprintf(gp, "set output '%s'\n", out);
+    fprintf(gp, "set grid\nset key top right\nset xlabel '%s'\n", has_step ? "step" : "row");
+    if (title) fprintf(gp, "set title \"%s\" noenhanced\n", title);
+    fprintf(gp, "plot ");
+    for (int k = 0; k < n; k++)
+      fprintf(gp, "%s$d%d using 1:2 with lines lw 2 title '%s' noenhanced", k ? ", " : "", k,
+              names[k]);
+    if (entropy && atof(entropy) > 0)
+      fprintf(gp, ", %s with lines dt 2 lc rgb 'black' title 'entropy rate of the source'",
+              entropy);
+    fprintf(gp, "\n");
+  }
+  int prc = pclose(gp);
+  if (status == STRATA_EXIT_OK && prc != 0) {
+    fprintf(stderr, "strata plot: gnuplot failed (status %d) writing '%s'\n", prc, out);
+    status = STRATA_EXIT_FAIL;
+  } else if (status == STRATA_EXIT_OK && access(out, R_OK) != 0) {
+    fprintf(stderr, "strata plot: gnuplot did not write '%s'\n", out);
+    status = STRATA_EXIT_FAIL;
+  }
+plotdone:
+  free(title);
+  free(entropy);
+  free(x);
+done:
+  for (int k = 0; k < navail; k++) free(avail[k]);
+  free(avail);
+  return status;
+}
+
+/* ------------------------------------------------------------------ main */
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fputs(usage, stderr);
+    return STRATA_EXIT_USAGE;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "help") || !strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+    fputs(usage, stdout);
+    return STRATA_EXIT_OK;
+  }
+  if (!strcmp(cmd, "info")) {
+    set_threads();
+    lua_State *L = luaL_newstate();
+    if (!L) return STRATA_EXIT_FAIL;
+    lstrata_info(L);
+    fputs(lua_tostring(L, -1), stdout);
+    lua_close(L);
+    return STRATA_EXIT_OK;
+  }
+  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
+  fprintf(stderr, "strata: unknown command '%s' (commands: run, info, plot, help)\n", cmd);
+  return STRATA_EXIT_USAGE;
+}

@@ -1,0 +1,353 @@
+-- The recipe schema of strata.experiment{...}: every section, key, type,
+-- range and default; cross-key checks; command-line overrides by dotted
+-- path. A violation stops the run before anything is allocated with one
+-- line "FILE:LINE: key = value: why" and exit status 2.
+local M = ...
+
+local INT, NUM, STR, BOOL, ENUM = "integer", "number", "string", "boolean", "enum"
+
+-- spec fields: t (type), min/max (inclusive), gt/lt (exclusive), values
+-- (enum), also (a second accepted literal, e.g. "auto" or false), default,
+-- doc (one line, shown by docs/recipes.md).
+local sections = {
+  model = {
+    layers = {t = INT, min = 1, max = 1024, default = 2, doc = "transformer blocks"},
+    hidden = {t = INT, min = 1, max = 1 << 20, default = 64, doc = "model width"},
+    heads = {t = INT, min = 1, max = 4096, default = 4, doc = "attention heads (divide hidden)"},
+    seq = {t = INT, min = 1, max = 1 << 20, default = 64, doc = "sequence length (tokens per sample)"},
+    vocab = {t = INT, min = 1, max = 1 << 24, also = "auto", default = "auto",
+             doc = "vocabulary size; auto: the data's"},
+    recompute = {t = BOOL, default = false, doc = "recompute block activations in backward"},
+    init_std = {t = NUM, gt = 0, max = 10, default = 0.02, doc = "std of the initial weights"},
+  },
+  data = {
+    source = {t = ENUM, values = {"markov", "text", "uint16", "uint32", "llmc", "auto"},
+              default = "markov", doc = "generated Markov corpus or a file format"},
+    path = {t = STR, doc = "file or glob of shards (not for markov)"},
+    val_path = {t = STR, doc = "separate validation file or glob"},
+    val_fraction = {t = NUM, min = 0, lt = 1, default = 0.1,
+                    doc = "share of each shard held out for validation"},
+    seed = {t = INT, min = 0, default = 1, doc = "shuffling seed (and corpus path seed)"},
+    tokens = {t = INT, min = 1024, max = 1 << 34, default = 1 << 22,
+              doc = "size of the generated corpus"},
+    fanout = {t = INT, min = 1, max = 256, default = 8, doc = "successors per byte in the Markov source"},
+    skew = {t = NUM, min = 0, max = 16, default = 1.0,
+            doc = "0: uniform transition rows; larger: more peaked"},
+    markov_seed = {t = INT, min = 0, default = 1234, doc = "seed of the transition table"},
+  },
+  parallel = {
+    dp = {t = INT, min = 1, max = 1 << 20, also = "auto", default = "auto",
+          doc = "data-parallel degree; auto: all ranks"},
+    tp = {t = INT, min = 1, max = 1, default = 1, doc = "tensor parallel (1 in this runner)"},
+    pp = {t = INT, min = 1, max = 1, default = 1, doc = "pipeline stages (1 in this runner)"},
+    sp = {t = INT, min = 1, max = 1, default = 1, doc = "sequence parallel (1 in this runner)"},
+    zero = {t = INT, min = 0, max = 0, default = 0, doc = "ZeRO stage (0 in this runner)"},
+  },
+  optim = {
+    name = {t = ENUM, values = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars"},
+            default = "adamw", doc = "optimizer"},
+    lr = {t = NUM, gt = 0, max = 100, default = 1e-3, doc = "peak learning rate"},
+    min_lr = {t = NUM, min = 0, default = 0, doc = "learning rate at the end of the decay"},
+    schedule = {t = ENUM, values = {"constant", "cosine", "linear"}, default = "cosine",
+                doc = "decay after warm-up"},
+    warmup = {t = INT, min = 0, default = 0, doc = "linear warm-up steps"},
+    weight_decay = {t = NUM, min = 0, max = 10, default = 0.0, doc = "decoupled weight decay"},
+    beta1 = {t = NUM, min = 0, lt = 1, default = 0.9, doc = "Adam/LAMB first-moment decay"},
+    beta2 = {t = NUM, min = 0, lt = 1, default = 0.95, doc = "Adam/LAMB second-moment decay"},
+    eps = {t = NUM, gt = 0, max = 1, default = 1e-8, doc = "Adam/LAMB epsilon"},
+    momentum = {t = NUM, min = 0, lt = 1, default = 0.9, doc = "SGD/LARS momentum"},
+    clip = {t = NUM, min = 0, default = 1.0, doc = "global gradient-norm clip; 0: off"},
+  },
+  train = {
+    steps = {t = INT, min = 1, max = 1 << 40, default = 100, doc = "optimizer steps"},
+    batch = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "sequences per rank per step"},
+    eval_every = {t = INT, min = 0, default = 50, doc = "validation every N steps; 0: only at the end"},
+    eval_batches = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "validation batches per evaluation"},
+    log_every = {t = INT, min = 1, default = 10, doc = "log line every N steps when not a terminal"},
+    seed = {t = INT, min = 0, default = 1, doc = "model initialisation seed"},
+    resume = {t = BOOL, also_type = STR, default = false,
+              doc = "true: continue from checkpoint.path; a string: from that file"},
+  },
+  checkpoint = {
+    path = {t = STR, doc = "checkpoint file (default RUN_DIR/checkpoint.h5)"},
+    every = {t = INT, min = 0, default = 0, doc = "save every N steps; 0: only at the end"},
+    final = {t = BOOL, default = true, doc = "save after the last step"},
+  },
+  metrics = {
+    path = {t = STR, doc = "metrics file (default RUN_DIR/metrics.h5)"},
+    plot = {t = STR, also = false, doc = "loss plot (default RUN_DIR/loss.png); false: none"},
+    every = {t = INT, min = 1, default = 1, doc = "append metrics every N steps"},
+  },
+}
+
+local top = {
+  name = {t = STR, default = "experiment", doc = "name of the run (title of plots)"},
+  run_dir = {t = STR, doc = "output folder (default runs/NAME)"},
+}
+
+M.schema = {sections = sections, top = top}
+
+-- ---------------------------------------------------------------- helpers
+
+local function sorted_keys(t)
+  local k = {}
+  for key in pairs(t) do k[#k + 1] = key end
+  table.sort(k)
+  return k
+end
+
+local function show(v)
+  if v ~= v then return "nan" end
+  if type(v) == "string" then return string.format("%q", v) end
+  if type(v) == "table" then return "{...}" end
+  if math.type(v) == "float" and v == math.floor(v) and math.abs(v) < 1e15 then
+    return string.format("%.1f", v)
+  end
+  return tostring(v)
+end
+M.show_value = show
+
+local function distance(a, b) -- Levenshtein, for "did you mean"
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = {[0] = i}
+    for j = 1, #b do
+      local c = (a:sub(i, i) == b:sub(j, j)) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + c)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+local function unknown_why(key, known)
+  local best, bd = nil, 3
+  for _, k in ipairs(known) do
+    local d = distance(key, k)
+    if d < bd then best, bd = k, d end
+  end
+  if best then return string.format("unknown key (did you mean '%s'?)", best) end
+  return "unknown key (known: " .. table.concat(known, ", ") .. ")"
+end
+
+-- ------------------------------------------------------- error locations
+
+-- A location finder for one recipe: the line of the strata.experiment
+-- call, refined to the line where the offending key is written (searched
+-- forward, section first, then key); overrides report "command line".
+local function locator(src_path, call_line, overridden)
+  local lines
+  if src_path then
+    local f = io.open(src_path, "r")
+    if f then
+      lines = {}
+      for l in f:lines() do lines[#lines + 1] = l end
+      f:close()
+    end
+  end
+  return function(path)
+    if overridden[path] then return "command line" end
+    local line = call_line or 0
+    if lines and call_line then
+      for part in path:gmatch("[^.]+") do
+        local pat = "%f[%w_]" .. part:gsub("%p", "%%%0") .. "%s*="
+        for i = line, #lines do
+          if lines[i]:find(pat) then line = i break end
+        end
+      end
+    end
+    return string.format("%s:%d", src_path or "recipe", line)
+  end
+end
+
+local function raise(where, path, value, why)
+  error({message = string.format("%s: %s = %s: %s", where, path, show(value), why),
+         status = 2, same_on_all_ranks = true}, 0)
+end
+M.schema_error = raise
+
+-- ------------------------------------------------------------ validation
+
+local function check_value(loc, path, v, spec)
+  if v == nil then return end
+  if spec.also ~= nil and v == spec.also then return v end
+  if spec.also_type and type(v) == spec.also_type then return v end
+  local t = spec.t
+  local expect = t
+  if spec.also ~= nil then expect = t .. " or " .. show(spec.also) end
+  if spec.also_type then expect = t .. " or " .. spec.also_type end
+  if t == INT then
+    if math.type(v) ~= "integer" then
+      if type(v) == "number" and v == math.floor(v) and math.abs(v) < 2^53 then
+        v = math.tointeger(v) -- 64.0 is accepted as 64
+      else
+        raise(loc(path), path, v, "expected " .. expect .. ", got " ..
+              (type(v) == "number" and "a fraction" or type(v)))
+      end
+    end
+  elseif t == NUM then
+    if type(v) ~= "number" then raise(loc(path), path, v, "expected a number, got " .. type(v)) end
+    if v ~= v or v == math.huge or v == -math.huge then
+      raise(loc(path), path, v, "must be a finite number")
+    end
+  elseif t == STR then
+    if type(v) ~= "string" then raise(loc(path), path, v, "expected " .. expect .. ", got " .. type(v)) end
+    if v == "" then raise(loc(path), path, v, "must not be empty") end
+  elseif t == BOOL then
+    if type(v) ~= "boolean" then raise(loc(path), path, v, "expected " .. expect .. ", got " .. type(v)) end
+  elseif t == ENUM then
+    local ok = false
+    for _, a in ipairs(spec.values) do ok = ok or a == v end
+    if not ok then
+      raise(loc(path), path, v, "expected one of " .. table.concat(spec.values, ", "))
+    end
+  end
+  if t == INT or t == NUM then
+    if spec.min and v < spec.min then
+      if spec.max and spec.min == spec.max then
+        raise(loc(path), path, v, "must be " .. show(spec.min) .. " in this build")
+      end
+      raise(loc(path), path, v, "must be >= " .. show(spec.min))
+    end
+    if spec.max and v > spec.max then
+      if spec.min and spec.min == spec.max then
+        raise(loc(path), path, v, "must be " .. show(spec.max) .. " in this build")
+      end
+      raise(loc(path), path, v, "must be <= " .. show(spec.max))
+    end
+    if spec.gt and v <= spec.gt then raise(loc(path), path, v, "must be > " .. show(spec.gt)) end
+    if spec.lt and v >= spec.lt then raise(loc(path), path, v, "must be < " .. show(spec.lt)) end
+  end
+  return v
+end
+
+-- Cross-key checks on the completed configuration.
+local function check_relations(c, loc)
+  local m, d, o, t = c.model, c.data, c.optim, c.train
+  if m.hidden % m.heads ~= 0 then
+    raise(loc("model.heads"), "model.heads", m.heads,
+          string.format("does not divide model.hidden = %d", m.hidden))
+  end
+  if d.source == "markov" then
+    if d.path then raise(loc("data.path"), "data.path", d.path, 'not used by data.source = "markov"') end
+    if d.tokens < 2 * (m.seq + 1) then
+      raise(loc("data.tokens"), "data.tokens", d.tokens,
+            string.format("too small for model.seq = %d", m.seq))
+    end
+  elseif not d.path then
+    raise(loc("data.source"), "data.path", nil, string.format('required for data.source = "%s"', d.source))
+  end
+  if o.min_lr > o.lr then
+    raise(loc("optim.min_lr"), "optim.min_lr", o.min_lr, string.format("exceeds optim.lr = %s", show(o.lr)))
+  end
+  if o.warmup >= t.steps and o.warmup > 0 then
+    raise(loc("optim.warmup"), "optim.warmup", o.warmup,
+          string.format("must be below train.steps = %d", t.steps))
+  end
+  if t.eval_every > 0 and d.val_fraction == 0 and not d.val_path then
+    raise(loc("train.eval_every"), "train.eval_every", t.eval_every,
+          "needs validation data (data.val_fraction > 0 or data.val_path)")
+  end
+  local bytes = d.source == "markov" or d.source == "text"
+  if m.vocab ~= "auto" and bytes and m.vocab < 256 then
+    raise(loc("model.vocab"), "model.vocab", m.vocab,
+          string.format('byte-level data (data.source = "%s") needs at least 256', d.source))
+  end
+end
+
+-- Parses "a.b=value" overrides into {path=, value=, text=}.
+local function parse_override(arg)
+  local path, text = arg:match("^([%w_%.]+)=(.*)$")
+  if not path then
+    error({message = string.format("command line: '%s' is not a key=value override", arg),
+           status = 2, same_on_all_ranks = true}, 0)
+  end
+  local v
+  if text == "true" then v = true
+  elseif text == "false" then v = false
+  elseif math.tointeger(tonumber(text)) and text:match("^[-+]?%d+$") then v = math.tointeger(tonumber(text))
+  elseif tonumber(text) then v = tonumber(text)
+  elseif text:match('^".*"$') or text:match("^'.*'$") then v = text:sub(2, -2)
+  else v = text end
+  return {path = path, value = v, text = text}
+end
+M.parse_override = parse_override
+
+local function deep_copy(t)
+  if type(t) ~= "table" then return t end
+  local r = {}
+  for k, v in pairs(t) do r[k] = deep_copy(v) end
+  return r
+end
+
+-- Validates a recipe table (with overrides applied) and returns the full
+-- configuration with defaults. `where` = {source=, line=} of the call.
+function M.validate(recipe, where, overrides)
+  where = where or {}
+  local overridden = {}
+  local cfg = deep_copy(recipe)
+  for _, o in ipairs(overrides or {}) do
+    local parts = {}
+    for p in o.path:gmatch("[^.]+") do parts[#parts + 1] = p end
+    overridden[o.path] = true
+    if #parts == 1 then
+      cfg[parts[1]] = o.value
+    elseif #parts == 2 then
+      if cfg[parts[1]] == nil then cfg[parts[1]] = {} end
+      if type(cfg[parts[1]]) ~= "table" then
+        raise("command line", o.path, o.value, parts[1] .. " is not a section")
+      end
+      cfg[parts[1]][parts[2]] = o.value
+      overridden[parts[1]] = overridden[parts[1]] or false
+    else
+      raise("command line", o.path, o.value, "paths have one or two parts (section.key)")
+    end
+  end
+  local loc = locator(where.source, where.line, overridden)
+  local known_top = {}
+  for k in pairs(sections) do known_top[#known_top + 1] = k end
+  for k in pairs(top) do known_top[#known_top + 1] = k end
+  table.sort(known_top)
+  local out = {}
+  for _, k in ipairs(sorted_keys(cfg)) do
+    local v = cfg[k]
+    if type(k) ~= "string" then
+      raise(loc("experiment"), "experiment[" .. tostring(k) .. "]", v, "positional entries are not allowed; use key = value")
+    elseif sections[k] then
+      if type(v) ~= "table" then raise(loc(k), k, v, "expected a table (section), got " .. type(v)) end
+    elseif top[k] then
+      out[k] = check_value(loc, k, v, top[k])
+    else
+      raise(loc(k), k, v, unknown_why(k, known_top))
+    end
+  end
+  for name, spec in pairs(sections) do
+    local given = cfg[name] or {}
+    local known = sorted_keys(spec)
+    local sec = {}
+    for _, k in ipairs(sorted_keys(given)) do
+      local path = name .. "." .. tostring(k)
+      if type(k) ~= "string" then
+        raise(loc(name), path, given[k], "positional entries are not allowed; use key = value")
+      end
+      if not spec[k] then raise(loc(path), path, given[k], unknown_why(k, known)) end
+      sec[k] = check_value(loc, path, given[k], spec[k])
+    end
+    for k, s in pairs(spec) do
+      if sec[k] == nil and s.default ~= nil then sec[k] = s.default end
+    end
+    out[name] = sec
+  end
+  for k, s in pairs(top) do
+    if out[k] == nil and s.default ~= nil then out[k] = s.default end
+  end
+  if out.name:find("[/%c]") then raise(loc("name"), "name", out.name, "must not contain '/' or control characters") end
+  check_relations(out, loc)
+  out.run_dir = out.run_dir or ("runs/" .. out.name)
+  out.checkpoint.path = out.checkpoint.path or (out.run_dir .. "/checkpoint.h5")
+  out.metrics.path = out.metrics.path or (out.run_dir .. "/metrics.h5")
+  if out.metrics.plot == nil then out.metrics.plot = out.run_dir .. "/loss.png" end
+  out._locate = loc
+  return out
+end

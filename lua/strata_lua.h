@@ -1,0 +1,54 @@
+/* Internal header of the strata executable and its Lua module `strata`.
+ *
+ * The module follows liolib.c: every handle is a full userdata created in a
+ * closed state before its resource is opened, with a named metatable
+ * (luaL_newmetatable), one idempotent close shared by __gc and __close,
+ * luaL_argerror for programming errors and `nil, message, code` for expected
+ * failures (a missing file, a corrupt checkpoint). No globals: each
+ * luaopen_strata_<lib> returns a table that luaopen_strata merges. */
+#ifndef STRATA_LUA_H
+#define STRATA_LUA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <mpi.h>
+
+/* Exit statuses of the executable. */
+#define STRATA_EXIT_OK 0
+#define STRATA_EXIT_FAIL 1  /* a run failed (data, I/O, numerics, Lua runtime error) */
+#define STRATA_EXIT_USAGE 2 /* the command line or the recipe is wrong */
+
+int luaopen_strata(lua_State *L);
+int luaopen_strata_parallel(lua_State *L); /* data, metrics, checkpoint */
+int luaopen_strata_core(lua_State *L);     /* floats buffers, MPI world, info */
+
+/* Pushes `nil, msg, code` (liolib's convention for expected failures). */
+int lstrata_fail(lua_State *L, const char *msg, int code);
+
+/* MPI, started on first use by any binding that needs a communicator and
+ * finalised when the Lua state closes. Returns MPI_COMM_WORLD. */
+MPI_Comm lstrata_world(lua_State *L);
+
+/* A flat fp32 or int32 buffer (userdata "strata.floats" / "strata.ints"). */
+typedef struct {
+  size_t n;
+  int is_int;
+  void *p; /* float* or int32_t* ; NULL once closed */
+} lstrata_buf_t;
+lstrata_buf_t *lstrata_checkbuf(lua_State *L, int idx, int want_int);
+lstrata_buf_t *lstrata_newbuf(lua_State *L, size_t n, int is_int);
+
+/* The embedded Lua sources (generated from the .lua files of lua/ by lua/embed.sh). */
+typedef struct {
+  const char *name, *src;
+} lstrata_chunk_t;
+extern const lstrata_chunk_t lstrata_chunks[];
+
+/* `strata info` as text (versions, devices, threads) into a Lua string. */
+int lstrata_info(lua_State *L);
+
+/* Threads for this process: cores / ranks on this node, or STRATA_THREADS. */
+int lstrata_threads(int *cores, int *local_ranks);
+
+#endif

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bad recipes: each tests/lua/bad/*.lua starts with
+#   -- expect: STATUS MESSAGE      (exit status, a substring of the error line)
+#   -- args: key=value ...         (optional command-line overrides)
+# and must make `strata run` print exactly one line on stderr containing
+# MESSAGE and exit with STATUS, without writing anything under runs/.
+# Also checks the command line itself (unknown command, bad overrides).
+set -u
+BUILD=${BUILD:-build}
+S=$(cd "$BUILD/bin" && pwd)/strata
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d /tmp/strata-bad-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fails=0; n=0
+
+check() { # name, expected status, expected substring, command...
+  local name=$1 want=$2 msg=$3; shift 3
+  n=$((n + 1))
+  (cd "$work" && "$@") >"$work/out" 2>"$work/err"
+  local rc=$?
+  local lines; lines=$(wc -l <"$work/err")
+  if [ "$rc" != "$want" ] || ! grep -qF -- "$msg" "$work/err" || [ "$lines" != 1 ]; then
+    fails=$((fails + 1))
+    echo "FAIL $name: exit $rc (want $want), $lines stderr line(s), want: $msg"
+    sed 's/^/     | /' "$work/err" | head -8
+  fi
+  if [ -e "$work/runs" ]; then
+    fails=$((fails + 1)); echo "FAIL $name: wrote $work/runs"; rm -rf "$work/runs"
+  fi
+}
+
+for f in "$here"/bad/*.lua; do
+  want=$(sed -n '1s/^-- expect: \([0-9]*\) .*/\1/p' "$f")
+  msg=$(sed -n '1s/^-- expect: [0-9]* \(.*\)/\1/p' "$f")
+  args=$(sed -n '2s/^-- args: //p' "$f")
+  # shellcheck disable=SC2086
+  check "$(basename "$f")" "$want" "$msg" "$S" run "$f" $args
+done
+check "unknown command" 2 "strata: unknown command 'trian' (commands: run, info, plot, help)" "$S" trian
+check "no recipe" 2 "strata run: no recipe given" "$S" run
+check "missing recipe" 2 "strata run: cannot read recipe 'nope.lua': No such file or directory" "$S" run nope.lua
+check "override without =" 2 "strata run: 'steps' is not a key=value override" "$S" run "$here/bad/fanout_zero.lua" steps
+check "bad -n" 2 "strata run: -n needs a positive number of ranks" "$S" run -n zero x.lua
+check "plot missing file" 1 "strata plot: metrics 'none.h5': No such file or directory" "$S" plot none.h5 -o x.png
+check "plot without -o" 2 "strata plot: usage" "$S" plot m.h5
+echo "bad recipes: $n checked, $fails failed"
+[ "$fails" = 0 ]

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The strata command line: help, info, plot, and run -n N starting mpirun.
+set -u
+BUILD=${BUILD:-build}
+S=$(cd "$BUILD/bin" && pwd)/strata
+work=$(mktemp -d /tmp/strata-cli-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+"$S" help >"$work/help" 2>&1 || fail "help exits $?"
+grep -q 'strata run \[-n N\] RECIPE.lua' "$work/help" || fail "help text"
+"$S" info >"$work/info" 2>&1 || fail "info exits $?"
+for k in 'MPI ' 'HDF5 ' 'Lua ' 'OpenBLAS ' 'CUDA ' 'NCCL ' 'device ' 'threads '; do
+  grep -q "^$k" "$work/info" || fail "info lacks '$k': $(cat "$work/info")"
+done
+# Threads = cores / ranks on the node (STRATA_THREADS overrides).
+STRATA_THREADS=3 "$S" info | grep -q '^threads   3 per rank' || fail "STRATA_THREADS"
+OMPI_COMM_WORLD_LOCAL_SIZE=64 "$S" info | grep -q '^threads   1 per rank' || fail "threads with 64 local ranks"
+
+# plot: a metrics file written through the Lua bindings, drawn by gnuplot.
+cat >"$work/make_metrics.lua" <<LUA
+local strata = require "strata"
+local m = assert(strata.metrics.create("$work/m.h5", {"step", "loss", "val_loss"}))
+for s = 1, 50 do assert(m:append{step = s, loss = 3 / s + 1, val_loss = s % 10 == 0 and 3 / s + 1.1 or nil}) end
+assert(m:attr("name", "cli test"))
+assert(m:attr("entropy_rate", "1.0"))
+m:close()
+LUA
+"$S" run "$work/make_metrics.lua" || fail "writing metrics"
+"$S" plot "$work/m.h5" -o "$work/loss.png" || fail "plot exits $?"
+[ "$(head -c 4 "$work/loss.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "loss.png is not a PNG"
+"$S" plot "$work/m.h5" step -o "$work/step.png" || fail "plot of a named metric"
+"$S" plot "$work/m.h5" nope -o "$work/x.png" 2>"$work/err"; rc=$?
+[ $rc = 2 ] && grep -q "no metric named 'nope'" "$work/err" || fail "plot of an unknown metric: $rc $(cat "$work/err")"
+
+# run -n 2 starts mpirun itself; the bindings test then sees 2 ranks.
+"$S" run -n 2 tests/lua/test_bindings.lua >"$work/np2" 2>&1 || fail "run -n 2: $(tail -5 "$work/np2")"
+[ "$(grep -c 'of 2, .* checks passed' "$work/np2")" = 2 ] || fail "run -n 2 did not run 2 ranks: $(cat "$work/np2")"
+echo "cli: $fails failed"
+[ $fails = 0 ]
