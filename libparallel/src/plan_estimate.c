@@ -175,12 +175,13 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
    * dropout masks): s b h (16 e + 2) + a s^2 b (2 e + 1). Megatron's 1d
    * splits 12 e of the 16 e and the attention scores over t; 2d/2.5d/3d
    * split all of it over tp (Colossal-AI); sequence parallelism over sp. */
-  double e = mixed ? 2.0 : 4.0;
+  double e = mixed ? 2.0 : 4.0, mk = p->mask_bytes;
   double tok = (double)l->microbatch * s / l->sp; /* tokens of a microbatch on this device */
   double tpd = l->tp;
-  double score = a * tok * s * (2.0 * e + 1.0) / tpd;
-  double full = oned ? tok * h * ((4.0 * e + 2.0) + 12.0 * e / tpd) + score
-                     : tok * h * (16.0 * e + 2.0) / tpd + score;
+  double te = p->act_token_elems, tr = p->act_token_elems_replicated;
+  double score = a * tok * s * (p->act_score_elems * e + mk) / tpd;
+  double full = oned ? tok * h * ((tr * e + 2.0 * mk) + (te - tr) * e / tpd) + score
+                     : tok * h * (te * e + 2.0 * mk) / tpd + score;
   /* With recompute a block keeps only its input; backward rebuilds one
    * block's activations at a time. */
   double kept = m->recompute ? tok * h * e / (oned ? 1.0 : tpd) : full;
@@ -196,7 +197,7 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
     if (!first) inflight = fmax(1.0, inflight - (pp - 1)); /* last stage: one at a time */
   }
   double act = inflight * ls * kept + (m->recompute ? full : 0.0);
-  if (first) act += inflight * tok * h * (e + 1.0); /* embedding output + dropout mask */
+  if (first) act += inflight * tok * h * (e + mk); /* embedding output + dropout mask */
   /* Logits in compute precision plus the fp32 copy of the vocab-parallel
    * cross-entropy, for the microbatch whose loss is computed. */
   if (last) act += tok * v / (oned ? tpd : pdiv) * (e + 4.0);

@@ -74,14 +74,14 @@ static void entry_line(FILE *f, size_t i, const par_plan_entry_t *e) {
   char mode[16];
   if (l->tp_mode == PAR_TP_2P5D) snprintf(mode, sizeof mode, "2.5d/%d", l->tp_depth);
   else snprintf(mode, sizeof mode, "%s", plan_mode_name(l->tp_mode));
-  fprintf(f, "%4zu %5d %5d %-6s %4d %3d %4d %4d %3s %-4s", i + 1, l->dp, l->tp, mode, l->pp, l->sp,
+  fprintf(f, "%4zu %5d %5d %-6s %4d %3d %4d %4d %6s %-4s", i + 1, l->dp, l->tp, mode, l->pp, l->sp,
           l->zero_stage, l->microbatch, e->recompute ? "on" : "off",
           l->offload_optimizer ? "cpu" : "-");
 }
 
 int par_plan_search_print(FILE *f, const par_plan_entry_t *e, size_t count, size_t top) {
   if (!f || (count && !e)) return STRATA_EINVAL;
-  const char *head = "   #    dp    tp mode     pp  sp zero   mb  rc off ";
+  const char *head = "   #    dp    tp mode     pp  sp zero   mb recomp off ";
   fprintf(f, "%s   mem GB   step s  TFLOP/s   MFU  tokens/s\n", head);
   size_t shown = 0, fitting = 0;
   for (size_t i = 0; i < count; i++)

@@ -311,8 +311,9 @@ static int megatron_params(const par_plan_params_t *p, sink_t *s) {
     par_layout_t l;
     par_cluster_t c;
     mrow_setup(&mrows[i], &m, &l, &c);
-    put(s, "B", mrows[i].billions, par_megatron_param_count(&m) / 1e9, "%d x %d, %d heads",
-        m.layers, m.hidden, m.heads);
+    double P = par_megatron_param_count(&m);
+    put(s, "B", mrows[i].billions, P / 1e9, "%d x %d, %d heads (printed to 0.1: %.1f)", m.layers,
+        m.hidden, m.heads, floor(P / 1e8 + 0.5) / 10);
   }
   return STRATA_OK;
 }

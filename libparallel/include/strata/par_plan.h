@@ -79,6 +79,14 @@ typedef struct {
                                unsplit (layernorms, bias+dropout+residual) */
   double ew_passes_score;   /* memory-bound passes per attention score element, per
                                layer, forward (scale+mask+softmax, dropout, bmm IO) */
+  double act_token_elems;   /* activation elements kept per token x hidden per block
+                               (16: Korthikanti et al. eq. 1 without masks) */
+  double act_token_elems_replicated; /* of those, elements 1d tensor parallelism keeps
+                               whole (4: layernorm inputs, linear inputs) */
+  double act_score_elems;   /* elements kept per attention score (2: softmax output
+                               and dropout output) */
+  double mask_bytes;        /* bytes per dropout-mask element kept for backward (1: a
+                               byte mask as Megatron; 0: a model without dropout) */
   double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
   double dp_overlap;        /* fraction of the last microbatch's backward that can hide
                                gradient reduction (bucketed overlap; 0 = none) */
@@ -94,13 +102,13 @@ typedef struct {
   double token_budget;      /* tokens for the "days to train" column */
 } par_plan_params_t;
 #define PAR_PLAN_PARAMS_DEFAULTS                                                                   \
-  {.gemm_efficiency = 0.7445, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                      \
-   .host_efficiency = 0.80, .ew_passes_token = 21.0,            \
-   .ew_passes_token_replicated = 11.0, .ew_passes_score = 6.5, .bwd_factor = 2.0,    \
-   .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5, .cpu_adam_bytes = 28.0,        \
-   .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0, .dp_bucket_bytes = 2 * 50e6,                  \
-   .zero3_prefetch_layers = 2.0, .device_reserved_bytes = 1.5e9, .cpu_reserved_bytes = 32e9,       \
-   .token_budget = 300e9}
+  {.gemm_efficiency = 0.7445, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                    \
+   .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_token_replicated = 11.0,          \
+   .ew_passes_score = 6.5, .act_token_elems = 16.0, .act_token_elems_replicated = 4.0,            \
+   .act_score_elems = 2.0, .mask_bytes = 1.0, .bwd_factor = 2.0, .dp_overlap = 1.0,               \
+   .zero3_overlap = 0.5, .offload_overlap = 0.5, .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0,  \
+   .gpu_optim_bytes = 28.0, .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0,            \
+   .device_reserved_bytes = 1.5e9, .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
 
 /* ---------------------------------------------------------------- formulas */
 
