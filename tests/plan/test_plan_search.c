@@ -161,46 +161,70 @@ Test(reproduce, exact_and_bounded_results) {
   cr_expect_eq(rows[1].predicted, 1.0, "MT-NLG's layout fits");
 }
 
-/* recipes/clusters/NAME.lua must hold the C preset's figures. A small reader
- * for the files' one-key-per-line form (no Lua needed here). */
+/* recipes/clusters/NAME.lua must hold the C preset's figures: read its
+ * one-key-per-line form (no Lua needed here) through par_cluster_set into a
+ * zeroed struct, which must then equal the preset byte for byte. */
 Test(cluster, lua_tables_match_c_presets) {
   for (int i = 0; par_cluster_preset_name(i); i++) {
-    par_cluster_t c;
+    par_cluster_t c, lua;
     par_cluster_preset(par_cluster_preset_name(i), &c, NULL, 0);
+    memset(&lua, 0, sizeof lua);
     char path[256], line[512], prefix[32] = "";
     snprintf(path, sizeof path, "recipes/clusters/%s.lua", c.name);
     FILE *f = fopen(path, "r");
     cr_assert(f, "%s missing (run from the repository root)", path);
-    int checked = 0;
+    int keys = 0;
     while (fgets(line, sizeof line, f)) {
-      char key[64];
+      char key[64], name[64];
       double v;
-      if (sscanf(line, " peak_flops = %c", key) == 1) snprintf(prefix, sizeof prefix, "peak_flops.");
-      else if (sscanf(line, " %63[a-z0-9_] = %lf", key, &v) == 2) {
+      if (sscanf(line, " name = \"%63[^\"]\"", name) == 1) {
+        snprintf(lua.name, sizeof lua.name, "%s", name);
+      } else if (sscanf(line, " peak_flops = %c", key) == 1) {
+        snprintf(prefix, sizeof prefix, "peak_flops.");
+      } else if (sscanf(line, " %63[a-z0-9_] = %lf", key, &v) == 2) {
         char full[96];
         snprintf(full, sizeof full, "%s%s", prefix, key);
-        const struct { const char *k; double v; } f2[] = {
-            {"nodes", c.nodes}, {"gpus_per_node", c.gpus_per_node}, {"gpu_mem_bytes", c.gpu_mem_bytes},
-            {"gpu_mem_bw", c.gpu_mem_bw}, {"peak_flops.fp32", c.peak_flops[0]},
-            {"peak_flops.bf16", c.peak_flops[1]}, {"peak_flops.fp16", c.peak_flops[2]},
-            {"intra_bw", c.intra_bw}, {"intra_lat", c.intra_lat}, {"inter_bw", c.inter_bw},
-            {"inter_lat", c.inter_lat}, {"host_bw", c.host_bw}, {"cpu_mem_bytes", c.cpu_mem_bytes},
-            {"cpu_mem_bw", c.cpu_mem_bw}, {"cpu_flops", c.cpu_flops}, {"nvme_bytes", c.nvme_bytes},
-            {"nvme_bw", c.nvme_bw}};
-        int found = 0;
-        for (size_t k = 0; k < sizeof f2 / sizeof f2[0]; k++)
-          if (!strcmp(f2[k].k, full)) {
-            cr_expect(fabs(f2[k].v - v) <= 1e-9 * fabs(v), "%s: %s = %g, C has %g", path, full, v,
-                      f2[k].v);
-            found = 1;
-            checked++;
-          }
-        cr_expect(found, "%s: unknown key %s", path, full);
+        cr_expect_eq(par_cluster_set(&lua, full, v), 0, "%s: key %s", path, full);
+        keys++;
       } else if (strstr(line, "},")) {
         prefix[0] = '\0';
       }
     }
     fclose(f);
-    cr_expect_eq(checked, 17, "%s: %d of 17 figures", path, checked);
+    int nkeys = 0;
+    while (par_cluster_key(nkeys)) nkeys++;
+    cr_expect_eq(keys, nkeys, "%s: %d of %d keys", path, keys, nkeys);
+    cr_expect_eq(memcmp(&lua, &c, sizeof c), 0, "%s differs from the C preset", path);
   }
+}
+
+Test(cluster, keys_cover_every_field) {
+  /* Setting every key of a preset onto a zeroed struct (and the name)
+   * rebuilds it exactly: no field lacks a key. */
+  par_cluster_t c, d;
+  par_cluster_preset("dgx-h100", &c, NULL, 0);
+  c.nodes = 7;
+  memset(&d, 0, sizeof d);
+  snprintf(d.name, sizeof d.name, "%s", c.name);
+  for (int i = 0; par_cluster_key(i); i++) {
+    double v;
+    cr_assert_eq(par_cluster_get(&c, par_cluster_key(i), &v), 0);
+    cr_assert_eq(par_cluster_set(&d, par_cluster_key(i), v), 0);
+  }
+  cr_expect_eq(memcmp(&c, &d, sizeof c), 0);
+  cr_expect_eq(par_cluster_set(&d, "gpu_memory", 1), STRATA_ENOTFOUND);
+  cr_expect_eq(par_cluster_set(&d, "nodes", 2.5), STRATA_EINVAL);
+  cr_expect_eq(par_cluster_set(&d, "intra_bw", NAN), STRATA_EINVAL);
+
+  par_plan_params_t p = PAR_PLAN_PARAMS_DEFAULTS, q;
+  memset(&q, 0, sizeof q);
+  int n = 0;
+  for (; par_plan_params_key(n); n++) {
+    double v;
+    cr_assert_eq(par_plan_params_get(&p, par_plan_params_key(n), &v), 0);
+    cr_assert_eq(par_plan_params_set(&q, par_plan_params_key(n), v), 0);
+  }
+  cr_expect_eq((size_t)n, sizeof p / sizeof(double), "every parameter has a key");
+  cr_expect_eq(memcmp(&p, &q, sizeof p), 0);
+  cr_expect_eq(par_plan_params_set(&q, "gemm_eff", 0.5), STRATA_ENOTFOUND);
 }

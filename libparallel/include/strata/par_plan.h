@@ -64,6 +64,14 @@ STRATA_API const char *par_cluster_preset_name(int i);
 /* Checks that every field is positive and finite; the message names the field. */
 STRATA_API int par_cluster_validate(const par_cluster_t *c, char *why, size_t n);
 
+/* Fields by name, for Lua tables and recipe overrides: keys are the field
+ * names above, the peaks "peak_flops.fp32|bf16|fp16". set: STRATA_ENOTFOUND
+ * for an unknown key, STRATA_EINVAL for a non-finite value or a non-integer
+ * nodes / gpus_per_node. par_cluster_key(i) lists the keys (NULL past the end). */
+STRATA_API int par_cluster_set(par_cluster_t *c, const char *key, double value);
+STRATA_API int par_cluster_get(const par_cluster_t *c, const char *key, double *value);
+STRATA_API const char *par_cluster_key(int i);
+
 /* ------------------------------------------------------------- parameters */
 
 /* Every assumption of the cost model. Defaults are argued in docs/planner.md;
@@ -109,6 +117,11 @@ typedef struct {
    .zero3_overlap = 0.5, .offload_overlap = 0.5, .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0,  \
    .gpu_optim_bytes = 28.0, .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0,            \
    .device_reserved_bytes = 1.5e9, .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
+
+/* Parameters by name (the field names above), as for the cluster. */
+STRATA_API int par_plan_params_set(par_plan_params_t *p, const char *key, double value);
+STRATA_API int par_plan_params_get(const par_plan_params_t *p, const char *key, double *value);
+STRATA_API const char *par_plan_params_key(int i);
 
 /* ---------------------------------------------------------------- formulas */
 
