@@ -13,14 +13,7 @@
 #include <strata/comm.h>
 #include <strata/half.h>
 
-static int failures, rank, size;
-#define FAIL(...)                                                                                  \
-  do {                                                                                             \
-    fprintf(stderr, "rank %d: ", rank);                                                            \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, "\n");                                                                         \
-    failures++;                                                                                    \
-  } while (0)
+#include "mpitest.h"
 
 static double get(comm_dtype_t dt, const void *b, size_t i) {
   switch (dt) {
@@ -223,9 +216,7 @@ int main(int argc, char **argv) {
   test_dtype(w, COMM_BF16, N);
   if (comm_barrier(w)) FAIL("barrier: %s", comm_last_error(w));
   comm_destroy(w);
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, comm_mpi(c));
-  if (rank == 0) printf("collectives on %d ranks: %s (%d failures)\n", size, total ? "FAIL" : "ok", total);
+  int total = mpitest_total("collectives");
   comm_destroy(c);
   comm_finalize();
   return total ? 1 : 0;

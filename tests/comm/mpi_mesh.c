@@ -10,14 +10,7 @@
 #include <string.h>
 #include <strata/comm.h>
 
-static int failures, rank, size;
-#define FAIL(...)                                                                                  \
-  do {                                                                                             \
-    fprintf(stderr, "rank %d: ", rank);                                                            \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, "\n");                                                                         \
-    failures++;                                                                                    \
-  } while (0)
+#include "mpitest.h"
 
 /* Axis sizes for n ranks: tp innermost, then pp, then dp. */
 static void shape(int n, int sizes[3]) {
@@ -125,9 +118,7 @@ int main(void) {
   check_identity_mesh(world);
   if (size % 2 == 0) check_two_nodes(world);
   check_refusal(world);
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, comm_mpi(world));
-  if (rank == 0) printf("mesh on %d ranks: %s\n", size, total ? "FAIL" : "ok");
+  int total = mpitest_total("mesh");
   comm_destroy(world);
   comm_finalize();
   return total ? 1 : 0;

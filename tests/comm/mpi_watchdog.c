@@ -11,14 +11,7 @@
 #include <unistd.h>
 #include <strata/comm.h>
 
-static int failures, rank, size;
-#define FAIL(...)                                                                                  \
-  do {                                                                                             \
-    fprintf(stderr, "rank %d: ", rank);                                                            \
-    fprintf(stderr, __VA_ARGS__);                                                                  \
-    fprintf(stderr, "\n");                                                                         \
-    failures++;                                                                                    \
-  } while (0)
+#include "mpitest.h"
 
 static void late(comm_t *world, comm_timeout_action_t action) {
   comm_t *c;
@@ -93,9 +86,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(argv[1], "mismatch")) mismatch(world);
   else if (!strcmp(argv[1], "recv")) recv_lengths(world);
   else return 2;
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("watchdog %s on %d ranks: %s\n", argv[1], size, total ? "FAIL" : "ok");
+  int total = mpitest_total(argv[1]);
   comm_destroy(world);
   comm_finalize();
   return total ? 1 : 0;
