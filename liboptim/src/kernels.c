@@ -37,8 +37,10 @@ INLINE uint16_t to_f16(float f) {
   memcpy(&x, &f, 4);
   uint32_t sign = x & 0x80000000u;
   x ^= sign;
-  /* >= 65536 (after rounding always inf), inf or nan */
-  uint32_t big = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  /* >= 65536 (after rounding always inf), inf or nan. Masks, not ?:, so
+   * that the compiler does not sink the fp add below into a branch (it may
+   * not speculate a trapping op) and gives up vectorising. */
+  uint32_t big = 0x7c00u | ((uint32_t) - (int32_t)(x > 0x7f800000u) & 0x0200u);
   /* below the smallest normal f16: let an fp add against 0.5f round it */
   float t, d;
   memcpy(&t, &x, 4);
@@ -48,7 +50,9 @@ INLINE uint16_t to_f16(float f) {
   uint32_t sub = dbits - 0x3f000000u;
   /* normal: rebias and round to nearest even on the dropped 13 bits */
   uint32_t nrm = (x + 0xc8000fffu + ((x >> 13) & 1u)) >> 13;
-  uint32_t o = x >= 0x47800000u ? big : (x < 0x38800000u ? sub : nrm);
+  uint32_t is_big = (uint32_t) - (int32_t)(x >= 0x47800000u);
+  uint32_t is_sub = (uint32_t) - (int32_t)(x < 0x38800000u);
+  uint32_t o = (big & is_big) | (sub & is_sub) | (nrm & ~(is_big | is_sub));
   return (uint16_t)(o | (sign >> 16));
 }
 

@@ -1,7 +1,7 @@
 /* CUDA vs CPU: the same steps of SGD (Nesterov), AdamW, LAMB and LARS, with
- * clipping and the two-phase API, on 46 tensors (one of 21 M elements, more
- * chunks than one launch holds; 45 more than one launch's tensor table; one
- * empty), two groups, bf16 and f16 copies. Plain program for `make
+ * clipping and the two-phase API, on 46 tensors (one of 70 M elements, more
+ * chunks than one launch holds; 46 tensors, more than one launch's tensor
+ * table; one empty), two groups, bf16 and f16 copies. Plain program for `make
  * test-gpu`: exit 0 when the backends agree, 1 when not, 77 without a GPU.
  *
  * Tolerances: both backends run the same fp32 formulas with the same
@@ -196,7 +196,7 @@ int main(void) {
     fprintf(stderr, "gpu_equiv: no CUDA device, nothing to compare\n");
     return 77;
   }
-  sizes[0] = 21000000; /* 321 chunks of 65536: more than one launch */
+  sizes[0] = 70000000; /* 2137 chunks of 32768: more than one launch */
   sizes[1] = 0;
   for (int k = 2; k < NT; k++) sizes[k] = 1 + (size_t)(k * 7919u * 37u) % 200000u;
   const int kinds[] = {OPTIM_SGD, OPTIM_ADAMW, OPTIM_LAMB, OPTIM_LARS};

@@ -23,10 +23,13 @@
 
 namespace {
 
+// Kernel parameters may take up to 32764 bytes on Volta and later with CUDA
+// 12.1+: 36 jobs (3.2 KB) and 2048 block descriptors (16 KB) cover 64 Mi
+// parameters in one launch of ~4 waves on an H100 (132 SMs x 4 blocks).
 constexpr int MAX_JOBS = 36;
-constexpr int MAX_BLOCKS = 320;
+constexpr int MAX_BLOCKS = 2048;
 constexpr int THREADS = 512;
-constexpr size_t CHUNK = 65536;
+constexpr size_t CHUNK = 32768;
 
 struct Meta {
   optim_job jobs[MAX_JOBS];
