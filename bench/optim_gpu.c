@@ -13,13 +13,13 @@
 
 #include <strata/optim.h>
 
-#define CK(x)                                                                     \
-  do {                                                                            \
-    cudaError_t e_ = (x);                                                         \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "optim_bench_gpu: %s: %s\n", #x, cudaGetErrorString(e_));   \
-      return 1;                                                                   \
-    }                                                                             \
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      fprintf(stderr, "optim_bench_gpu: %s: %s\n", #x, cudaGetErrorString(e_));                    \
+      return 1;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 static int run(const char *kind, size_t n, int reps) {
@@ -70,9 +70,14 @@ static int run(const char *kind, size_t n, int reps) {
   optim_tensor t[NT];
   for (int k = 0; k < NT; k++) {
     size_t lo = n * k / NT, hi = n * (k + 1) / NT;
-    t[k] = (optim_tensor){.param = p + lo, .grad = g + lo, .m = m + lo, .v = v + lo,
+    t[k] = (optim_tensor){.param = p + lo,
+                          .grad = g + lo,
+                          .m = m + lo,
+                          .v = v + lo,
                           .lowp = h ? (void *)((unsigned short *)h + lo) : NULL,
-                          .lowp_dtype = h ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE, .group = id, .n = hi - lo};
+                          .lowp_dtype = h ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE,
+                          .group = id,
+                          .n = hi - lo};
   }
   cudaEvent_t e0, e1, e2;
   CK(cudaEventCreate(&e0));
@@ -95,8 +100,10 @@ static int run(const char *kind, size_t n, int reps) {
     if (r > 0 && to < best_o) best_o = to;
     if (r > 0 && tc < best_c) best_c = tc;
   }
-  const double vo = bpe * (double)n / (best_o * 1e-3) / 1e9, vc = 2.0 * (double)copy_bytes / (best_c * 1e-3) / 1e9;
-  printf("BENCH optim.%s.cuda value=%.1f unit=GB/s baseline=%.1f ratio=%.3f\n", kind, vo, vc, vo / vc);
+  const double vo = bpe * (double)n / (best_o * 1e-3) / 1e9,
+               vc = 2.0 * (double)copy_bytes / (best_c * 1e-3) / 1e9;
+  printf("BENCH optim.%s.cuda value=%.1f unit=GB/s baseline=%.1f ratio=%.3f\n", kind, vo, vc,
+         vo / vc);
   optim_destroy(o);
   cudaFree(p);
   cudaFree(g);
@@ -119,6 +126,7 @@ int main(int argc, char **argv) {
   if (argc > 1) return run(argv[1], n, reps);
   int rc = 0;
   const char *kinds[] = {"adamw", "lamb", "adamw_bf16"};
-  for (int k = 0; k < 3; k++) rc |= run(kinds[k], n, reps);
+  for (int k = 0; k < 3; k++)
+    rc |= run(kinds[k], n, reps);
   return rc;
 }

@@ -25,7 +25,8 @@ static int has_sums(int op) {
 static void run_range(const optim_range_fn fn, const optim_job *jobs, int nj, const size_t *off,
                       size_t lo, size_t hi, double *s) {
   int i = 0;
-  while (i < nj && off[i + 1] <= lo) i++;
+  while (i < nj && off[i + 1] <= lo)
+    i++;
   for (; i < nj && off[i] < hi; i++) {
     size_t a = lo > off[i] ? lo - off[i] : 0;
     size_t b = (hi < off[i + 1] ? hi : off[i + 1]) - off[i];
@@ -44,7 +45,8 @@ int optim_cpu_run(const optim_range_fn *table, int op, const optim_job *jobs, in
   off = malloc(((size_t)nj + 1) * sizeof *off);
   if (!off) goto fail;
   off[0] = 0;
-  for (int i = 0; i < nj; i++) off[i + 1] = off[i] + jobs[i].n;
+  for (int i = 0; i < nj; i++)
+    off[i + 1] = off[i] + jobs[i].n;
   const size_t total = off[nj];
   if (nthreads <= 0) nthreads = omp_get_max_threads();
   if (total < PARALLEL_MIN) nthreads = 1;
@@ -64,7 +66,8 @@ int optim_cpu_run(const optim_range_fn *table, int op, const optim_job *jobs, in
   if (want) {
     for (size_t k = 0; k < 2 * (size_t)nj; k++) {
       double s = 0.0;
-      for (int t = 0; t < nthreads; t++) s += part[(size_t)t * 2 * nj + k];
+      for (int t = 0; t < nthreads; t++)
+        s += part[(size_t)t * 2 * nj + k];
       sums[k] = s;
     }
   }

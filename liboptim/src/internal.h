@@ -35,13 +35,13 @@ typedef struct optim_job {
   size_t n;
   int lowp_dtype; /* enum optim_lowp */
   int nesterov;
-  float lr;  /* applied step size: group lr x schedule x trust ratio */
-  float wd;  /* weight decay */
-  float gs;  /* gradient scale */
-  float b1;  /* beta1, or momentum mu */
-  float b2;  /* beta2 */
-  float c1;  /* 1 / (1 - beta1^t), or 1 */
-  float c2;  /* 1 / sqrt(1 - beta2^t), or 1 */
+  float lr; /* applied step size: group lr x schedule x trust ratio */
+  float wd; /* weight decay */
+  float gs; /* gradient scale */
+  float b1; /* beta1, or momentum mu */
+  float b2; /* beta2 */
+  float c1; /* 1 / (1 - beta1^t), or 1 */
+  float c2; /* 1 / sqrt(1 - beta2^t), or 1 */
   float eps;
 } optim_job;
 

@@ -17,7 +17,8 @@
 
 #define INLINE static inline __attribute__((always_inline))
 #define SCALAR_ATTR __attribute__((optimize("no-tree-vectorize")))
-#define AVX512_ATTR __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")))
+#define AVX512_ATTR                                                                                \
+  __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")))
 
 /* f32 -> bf16, round to nearest even, NaN kept quiet: strata_f32_to_bf16
  * written without a branch so that it vectorises. */
@@ -57,8 +58,10 @@ INLINE uint16_t to_f16(float f) {
 }
 
 INLINE void store_lowp(void *lowp, size_t i, float x, const int dt) {
-  if (dt == OPTIM_LOWP_BF16) ((uint16_t *)lowp)[i] = to_bf16(x);
-  else if (dt == OPTIM_LOWP_F16) ((uint16_t *)lowp)[i] = to_f16(x);
+  if (dt == OPTIM_LOWP_BF16)
+    ((uint16_t *)lowp)[i] = to_bf16(x);
+  else if (dt == OPTIM_LOWP_F16)
+    ((uint16_t *)lowp)[i] = to_f16(x);
 }
 
 /* ---- SGD: d = g + wd p; b = mu b + d; p -= lr (nesterov ? d + mu b : b) ---- */
@@ -87,12 +90,15 @@ INLINE void sgd_body(const optim_job *j, size_t a, size_t b, double *s) {
   const int has_m = j->m != NULL;
   const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
-#define SGD_CASE(HM, NE)                                     \
-  if (has_m == HM && (j->nesterov != 0) == NE) {             \
-    if (dt == OPTIM_LOWP_BF16) sgd_loop(j, a, b, HM, NE, 1); \
-    else if (dt == OPTIM_LOWP_F16) sgd_loop(j, a, b, HM, NE, 2); \
-    else sgd_loop(j, a, b, HM, NE, 0);                       \
-    return;                                                  \
+#define SGD_CASE(HM, NE)                                                                           \
+  if (has_m == HM && (j->nesterov != 0) == NE) {                                                   \
+    if (dt == OPTIM_LOWP_BF16)                                                                     \
+      sgd_loop(j, a, b, HM, NE, 1);                                                                \
+    else if (dt == OPTIM_LOWP_F16)                                                                 \
+      sgd_loop(j, a, b, HM, NE, 2);                                                                \
+    else                                                                                           \
+      sgd_loop(j, a, b, HM, NE, 0);                                                                \
+    return;                                                                                        \
   }
   SGD_CASE(0, 0)
   SGD_CASE(1, 0)
@@ -124,9 +130,12 @@ INLINE void adamw_loop(const optim_job *j, size_t a, size_t b, const int dt) {
 INLINE void adamw_body(const optim_job *j, size_t a, size_t b, double *s) {
   const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
-  if (dt == OPTIM_LOWP_BF16) adamw_loop(j, a, b, 1);
-  else if (dt == OPTIM_LOWP_F16) adamw_loop(j, a, b, 2);
-  else adamw_loop(j, a, b, 0);
+  if (dt == OPTIM_LOWP_BF16)
+    adamw_loop(j, a, b, 1);
+  else if (dt == OPTIM_LOWP_F16)
+    adamw_loop(j, a, b, 2);
+  else
+    adamw_loop(j, a, b, 0);
 }
 
 /* ---- LAMB phase one: m, v advanced; sums ||x||^2 and ||r||^2 ---- */
@@ -192,9 +201,12 @@ INLINE void lamb_loop(const optim_job *j, size_t a, size_t b, const int dt) {
 INLINE void lamb_body(const optim_job *j, size_t a, size_t b, double *s) {
   const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
-  if (dt == OPTIM_LOWP_BF16) lamb_loop(j, a, b, 1);
-  else if (dt == OPTIM_LOWP_F16) lamb_loop(j, a, b, 2);
-  else lamb_loop(j, a, b, 0);
+  if (dt == OPTIM_LOWP_BF16)
+    lamb_loop(j, a, b, 1);
+  else if (dt == OPTIM_LOWP_F16)
+    lamb_loop(j, a, b, 2);
+  else
+    lamb_loop(j, a, b, 0);
 }
 
 /* ---- LARS phase one: ||w||^2, ||gs g||^2; and the plain ||g||^2 ---- */
@@ -226,13 +238,15 @@ INLINE void sumsq2_scalar(const float *restrict x, const float *restrict y, floa
 INLINE void sumsq_vec(const float *restrict x, size_t a, size_t b, double *s) {
   double s0 = 0.0;
 #pragma omp simd reduction(+ : s0)
-  for (size_t i = a; i < b; i++) s0 += (double)x[i] * (double)x[i];
+  for (size_t i = a; i < b; i++)
+    s0 += (double)x[i] * (double)x[i];
   s[0] += s0;
 }
 
 INLINE void sumsq_scalar(const float *restrict x, size_t a, size_t b, double *s) {
   double s0 = 0.0;
-  for (size_t i = a; i < b; i++) s0 += (double)x[i] * (double)x[i];
+  for (size_t i = a; i < b; i++)
+    s0 += (double)x[i] * (double)x[i];
   s[0] += s0;
 }
 
@@ -259,26 +273,32 @@ INLINE void lars_body(const optim_job *j, size_t a, size_t b, double *s) {
   const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
   if (j->m) {
-    if (dt == OPTIM_LOWP_BF16) lars_loop(j, a, b, 1, 1);
-    else if (dt == OPTIM_LOWP_F16) lars_loop(j, a, b, 1, 2);
-    else lars_loop(j, a, b, 1, 0);
+    if (dt == OPTIM_LOWP_BF16)
+      lars_loop(j, a, b, 1, 1);
+    else if (dt == OPTIM_LOWP_F16)
+      lars_loop(j, a, b, 1, 2);
+    else
+      lars_loop(j, a, b, 1, 0);
   } else {
-    if (dt == OPTIM_LOWP_BF16) lars_loop(j, a, b, 0, 1);
-    else if (dt == OPTIM_LOWP_F16) lars_loop(j, a, b, 0, 2);
-    else lars_loop(j, a, b, 0, 0);
+    if (dt == OPTIM_LOWP_BF16)
+      lars_loop(j, a, b, 0, 1);
+    else if (dt == OPTIM_LOWP_F16)
+      lars_loop(j, a, b, 0, 2);
+    else
+      lars_loop(j, a, b, 0, 0);
   }
 }
 
 /* ---- per-ISA wrappers ---- */
-#define VARIANTS(NAME, VECBODY, SCALARBODY)                                                  \
-  static SCALAR_ATTR void NAME##_scalar(const optim_job *j, size_t a, size_t b, double *s) { \
-    SCALARBODY(j, a, b, s);                                                                  \
-  }                                                                                          \
-  static void NAME##_avx2(const optim_job *j, size_t a, size_t b, double *s) {               \
-    VECBODY(j, a, b, s);                                                                     \
-  }                                                                                          \
-  static AVX512_ATTR void NAME##_avx512(const optim_job *j, size_t a, size_t b, double *s) { \
-    VECBODY(j, a, b, s);                                                                     \
+#define VARIANTS(NAME, VECBODY, SCALARBODY)                                                        \
+  static SCALAR_ATTR void NAME##_scalar(const optim_job *j, size_t a, size_t b, double *s) {       \
+    SCALARBODY(j, a, b, s);                                                                        \
+  }                                                                                                \
+  static void NAME##_avx2(const optim_job *j, size_t a, size_t b, double *s) {                     \
+    VECBODY(j, a, b, s);                                                                           \
+  }                                                                                                \
+  static AVX512_ATTR void NAME##_avx512(const optim_job *j, size_t a, size_t b, double *s) {       \
+    VECBODY(j, a, b, s);                                                                           \
   }
 
 INLINE void lars_parts_vec(const optim_job *j, size_t a, size_t b, double *s) {
@@ -302,9 +322,11 @@ VARIANTS(lars_parts, lars_parts_vec, lars_parts_ref)
 VARIANTS(lars, lars_body, lars_body)
 VARIANTS(grad_sumsq, grad_sumsq_vec, grad_sumsq_ref)
 
-#define TABLE(SUFFIX)                                                                   \
-  {sgd_##SUFFIX, adamw_##SUFFIX, lamb_parts_##SUFFIX, lamb_##SUFFIX, lars_parts_##SUFFIX, \
-   lars_##SUFFIX, grad_sumsq_##SUFFIX}
+#define TABLE(SUFFIX)                                                                              \
+  {                                                                                                \
+    sgd_##SUFFIX, adamw_##SUFFIX, lamb_parts_##SUFFIX, lamb_##SUFFIX, lars_parts_##SUFFIX,         \
+        lars_##SUFFIX, grad_sumsq_##SUFFIX                                                         \
+  }
 
 const optim_range_fn optim_kernels_scalar[OP_COUNT] = TABLE(scalar);
 const optim_range_fn optim_kernels_avx2[OP_COUNT] = TABLE(avx2);

@@ -21,8 +21,8 @@ struct optim {
   int ngroups, capgroups;
   optim_schedule sched;
   long step;
-  int pending;       /* LAMB: optim_partials advanced m and v, apply must follow */
-  optim_job *jobs;   /* scratch, capjobs long */
+  int pending;     /* LAMB: optim_partials advanced m and v, apply must follow */
+  optim_job *jobs; /* scratch, capjobs long */
   int capjobs;
   char err[256];
 };
@@ -46,13 +46,19 @@ static int fail_msg(char *buf, size_t len, int code, const char *fmt, ...) {
   }
   return code;
 }
-#define FAIL(o, code, ...) fail_msg((o)->err, sizeof (o)->err, code, __VA_ARGS__)
+#define FAIL(o, code, ...) fail_msg((o)->err, sizeof(o)->err, code, __VA_ARGS__)
 
-const char *optim_strerror(int code) { return strata_status_string(code); }
+const char *optim_strerror(int code) {
+  return strata_status_string(code);
+}
 
-const char *optim_last_error(const optim *o) { return o ? o->err : "no handle"; }
+const char *optim_last_error(const optim *o) {
+  return o ? o->err : "no handle";
+}
 
-int optim_isa_in_use(const optim *o) { return o ? o->isa : OPTIM_ISA_SCALAR; }
+int optim_isa_in_use(const optim *o) {
+  return o ? o->isa : OPTIM_ISA_SCALAR;
+}
 
 optim_group optim_group_defaults(int kind) {
   optim_group g;
@@ -65,9 +71,20 @@ optim_group optim_group_defaults(int kind) {
   g.trust_coef = 1e-3f;
   switch (kind) {
   case OPTIM_SGD: g.lr = 0.01f; break;
-  case OPTIM_ADAMW: g.lr = 1e-3f; g.weight_decay = 0.01f; break;
-  case OPTIM_LAMB: g.lr = 1e-3f; g.weight_decay = 0.01f; g.eps = 1e-6f; break;
-  case OPTIM_LARS: g.lr = 0.1f; g.momentum = 0.9f; g.weight_decay = 5e-4f; break;
+  case OPTIM_ADAMW:
+    g.lr = 1e-3f;
+    g.weight_decay = 0.01f;
+    break;
+  case OPTIM_LAMB:
+    g.lr = 1e-3f;
+    g.weight_decay = 0.01f;
+    g.eps = 1e-6f;
+    break;
+  case OPTIM_LARS:
+    g.lr = 0.1f;
+    g.momentum = 0.9f;
+    g.weight_decay = 5e-4f;
+    break;
   default: break;
   }
   return g;
@@ -86,35 +103,38 @@ int optim_create(optim **out, const optim_config *cfg, char *err, size_t errlen)
     goto fail;
   }
   if (c.device != OPTIM_CPU && c.device != OPTIM_CUDA) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL, "optim_create: device %d is neither OPTIM_CPU nor OPTIM_CUDA",
-                  c.device);
+    rc = fail_msg(err, errlen, STRATA_EINVAL,
+                  "optim_create: device %d is neither OPTIM_CPU nor OPTIM_CUDA", c.device);
     goto fail;
   }
   if (c.isa < OPTIM_ISA_AUTO || c.isa > OPTIM_ISA_AVX512 || c.threads < 0) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL, "optim_create: isa %d or threads %d out of range", c.isa,
-                  c.threads);
+    rc = fail_msg(err, errlen, STRATA_EINVAL, "optim_create: isa %d or threads %d out of range",
+                  c.isa, c.threads);
     goto fail;
   }
   if (c.device == OPTIM_CUDA) {
 #ifdef STRATA_CUDA
     int n = optim_cuda_device_count();
     if (n <= 0) {
-      rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED, "optim_create: OPTIM_CUDA requested but no CUDA device is present");
+      rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED,
+                    "optim_create: OPTIM_CUDA requested but no CUDA device is present");
       goto fail;
     }
     if (c.cuda_device < 0 || c.cuda_device >= n) {
-      rc = fail_msg(err, errlen, STRATA_EINVAL, "optim_create: cuda_device %d, but %d device(s) present",
-                    c.cuda_device, n);
+      rc = fail_msg(err, errlen, STRATA_EINVAL,
+                    "optim_create: cuda_device %d, but %d device(s) present", c.cuda_device, n);
       goto fail;
     }
 #else
-    rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED, "optim_create: OPTIM_CUDA requested but strata was built without CUDA");
+    rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED,
+                  "optim_create: OPTIM_CUDA requested but strata was built without CUDA");
     goto fail;
 #endif
   }
   int has512 = optim_cpu_has_avx512();
   if (c.isa == OPTIM_ISA_AVX512 && !has512) {
-    rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED, "optim_create: isa AVX512 requested but this CPU lacks AVX-512");
+    rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED,
+                  "optim_create: isa AVX512 requested but this CPU lacks AVX-512");
     goto fail;
   }
   o = calloc(1, sizeof *o);
@@ -125,7 +145,8 @@ int optim_create(optim **out, const optim_config *cfg, char *err, size_t errlen)
   o->cfg = c;
   o->isa = c.isa == OPTIM_ISA_AUTO ? (has512 ? OPTIM_ISA_AVX512 : OPTIM_ISA_AVX2) : c.isa;
   o->kernels = o->isa == OPTIM_ISA_AVX512 ? optim_kernels_avx512
-               : o->isa == OPTIM_ISA_AVX2 ? optim_kernels_avx2 : optim_kernels_scalar;
+               : o->isa == OPTIM_ISA_AVX2 ? optim_kernels_avx2
+                                          : optim_kernels_scalar;
   o->sched = (optim_schedule)OPTIM_SCHEDULE_DEFAULTS;
   *out = o;
   o = NULL;
@@ -164,9 +185,10 @@ static int validate_group(optim *o, const optim_group *g) {
     return FAIL(o, STRATA_EINVAL, "optim SGD: nesterov needs momentum > 0 (momentum = 0)");
   if (o->cfg.kind == OPTIM_LARS && !(g->trust_coef > 0.0f))
     return FAIL(o, STRATA_EINVAL, "optim LARS: trust_coef = %g must be > 0", (double)g->trust_coef);
-  if (!(g->phi_min >= 0.0f) || !(g->phi_max >= 0.0f) || (g->phi_max > 0.0f && g->phi_max < g->phi_min))
-    return FAIL(o, STRATA_EINVAL, "optim %s: trust clamp [phi_min %g, phi_max %g] is not a range", k,
-                (double)g->phi_min, (double)g->phi_max);
+  if (!(g->phi_min >= 0.0f) || !(g->phi_max >= 0.0f) ||
+      (g->phi_max > 0.0f && g->phi_max < g->phi_min))
+    return FAIL(o, STRATA_EINVAL, "optim %s: trust clamp [phi_min %g, phi_max %g] is not a range",
+                k, (double)g->phi_min, (double)g->phi_max);
   return rc;
 }
 
@@ -196,7 +218,8 @@ int optim_set_group(optim *o, int id, const optim_group *hp) {
   int rc = STRATA_OK;
   if (!o || !hp) return STRATA_EINVAL;
   if (id < 0 || id >= o->ngroups)
-    return FAIL(o, STRATA_ENOTFOUND, "optim_set_group: group %d does not exist (%d groups)", id, o->ngroups);
+    return FAIL(o, STRATA_ENOTFOUND, "optim_set_group: group %d does not exist (%d groups)", id,
+                o->ngroups);
   if ((rc = validate_group(o, hp))) return rc;
   o->groups[id] = *hp;
   return rc;
@@ -208,7 +231,9 @@ int optim_get_group(const optim *o, int id, optim_group *hp) {
   return STRATA_OK;
 }
 
-long optim_get_step(const optim *o) { return o ? o->step : 0; }
+long optim_get_step(const optim *o) {
+  return o ? o->step : 0;
+}
 
 int optim_set_step(optim *o, long step) {
   if (!o) return STRATA_EINVAL;
@@ -239,8 +264,8 @@ int optim_set_schedule(optim *o, const optim_schedule *s) {
   if (c.warmup < 0)
     return FAIL(o, STRATA_EINVAL, "optim_set_schedule: warmup = %ld must be >= 0", c.warmup);
   if (c.kind != OPTIM_SCHED_CONSTANT && c.total <= c.warmup)
-    return FAIL(o, STRATA_EINVAL, "optim_set_schedule: total = %ld must exceed warmup = %ld", c.total,
-                c.warmup);
+    return FAIL(o, STRATA_EINVAL, "optim_set_schedule: total = %ld must exceed warmup = %ld",
+                c.total, c.warmup);
   if (c.kind == OPTIM_SCHED_POLY && !(c.power > 0.0))
     return FAIL(o, STRATA_EINVAL, "optim_set_schedule: power = %g must be > 0", c.power);
   if (!(c.end >= 0.0 && c.end <= 1.0))
@@ -280,7 +305,8 @@ int optim_grad_scale(double global_sumsq, float loss_scale, float max_norm, floa
 static int run(optim *o, int op, int nt, double *sums) {
   if (o->cfg.device == OPTIM_CUDA) {
 #ifdef STRATA_CUDA
-    return optim_cuda_run(o->cfg.cuda_device, o->cfg.stream, op, o->jobs, nt, sums, o->err, sizeof o->err);
+    return optim_cuda_run(o->cfg.cuda_device, o->cfg.stream, op, o->jobs, nt, sums, o->err,
+                          sizeof o->err);
 #else
     return FAIL(o, STRATA_EUNSUPPORTED, "optim: built without CUDA");
 #endif
@@ -298,7 +324,8 @@ static int prepare(optim *o, const optim_tensor *t, int nt, float grad_scale, in
   if (nt < 0 || (nt > 0 && !t))
     return FAIL(o, STRATA_EINVAL, "%s: %d tensors at %p", fn, nt, (const void *)t);
   if (!isfinite(grad_scale) || grad_scale < 0.0f)
-    return FAIL(o, STRATA_EINVAL, "%s: grad_scale = %g must be finite and >= 0", fn, (double)grad_scale);
+    return FAIL(o, STRATA_EINVAL, "%s: grad_scale = %g must be finite and >= 0", fn,
+                (double)grad_scale);
   if (nt > o->capjobs) {
     optim_job *nj = realloc(o->jobs, (size_t)nt * sizeof *nj);
     if (!nj) return FAIL(o, STRATA_ENOMEM, "%s: out of memory for %d tensors", fn, nt);
@@ -311,20 +338,23 @@ static int prepare(optim *o, const optim_tensor *t, int nt, float grad_scale, in
     const optim_tensor *x = &t[i];
     optim_job *j = &o->jobs[i];
     if (x->group < 0 || x->group >= o->ngroups)
-      return FAIL(o, STRATA_EINVAL, "%s: tensor %d has group %d, but %d group(s) exist", fn, i, x->group,
-                  o->ngroups);
+      return FAIL(o, STRATA_EINVAL, "%s: tensor %d has group %d, but %d group(s) exist", fn, i,
+                  x->group, o->ngroups);
     const optim_group *g = &o->groups[x->group];
     const int need_m = kind == OPTIM_ADAMW || kind == OPTIM_LAMB ||
                        ((kind == OPTIM_SGD || kind == OPTIM_LARS) && g->momentum > 0.0f);
     const int need_v = kind == OPTIM_ADAMW || kind == OPTIM_LAMB;
-    if (x->n > 0 && (!x->param || (need_grad && !x->grad) || (need_m && !x->m) || (need_v && !x->v)))
+    if (x->n > 0 &&
+        (!x->param || (need_grad && !x->grad) || (need_m && !x->m) || (need_v && !x->v)))
       return FAIL(o, STRATA_EINVAL,
-                  "%s: tensor %d (n = %zu) lacks an array: param %p grad %p m %p v %p (%s group %d needs%s%s)",
+                  "%s: tensor %d (n = %zu) lacks an array: param %p grad %p m %p v %p (%s group %d "
+                  "needs%s%s)",
                   fn, i, x->n, (void *)x->param, (const void *)x->grad, (void *)x->m, (void *)x->v,
                   kind_name(kind), x->group, need_m ? " m" : "", need_v ? " v" : "");
     if (x->lowp_dtype < OPTIM_LOWP_NONE || x->lowp_dtype > OPTIM_LOWP_F16 ||
         (x->lowp_dtype != OPTIM_LOWP_NONE && x->n > 0 && !x->lowp))
-      return FAIL(o, STRATA_EINVAL, "%s: tensor %d: lowp_dtype %d with lowp %p", fn, i, x->lowp_dtype, x->lowp);
+      return FAIL(o, STRATA_EINVAL, "%s: tensor %d: lowp_dtype %d with lowp %p", fn, i,
+                  x->lowp_dtype, x->lowp);
     memset(j, 0, sizeof *j);
     j->p = x->param;
     j->g = x->grad;
@@ -361,7 +391,8 @@ static int check_sums(optim *o, const double *sums, size_t nsums, int nt, const 
   return STRATA_OK;
 }
 
-int optim_partials(optim *o, double *sums, size_t nsums, const optim_tensor *t, int nt, float grad_scale) {
+int optim_partials(optim *o, double *sums, size_t nsums, const optim_tensor *t, int nt,
+                   float grad_scale) {
   int rc = STRATA_OK;
   if (!o) return STRATA_EINVAL;
   if ((rc = check_sums(o, sums, nsums, nt, "optim_partials"))) goto fail;
@@ -369,7 +400,8 @@ int optim_partials(optim *o, double *sums, size_t nsums, const optim_tensor *t, 
   memset(sums, 0, nsums * sizeof *sums);
   if (o->cfg.kind == OPTIM_LAMB) {
     if (o->pending) {
-      rc = FAIL(o, STRATA_ESTATE, "optim_partials: LAMB phase one already ran for step %ld; call optim_apply",
+      rc = FAIL(o, STRATA_ESTATE,
+                "optim_partials: LAMB phase one already ran for step %ld; call optim_apply",
                 o->step + 1);
       goto fail;
     }
@@ -382,14 +414,16 @@ fail:
   return rc;
 }
 
-int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, size_t nsums, float grad_scale) {
+int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, size_t nsums,
+                float grad_scale) {
   int rc = STRATA_OK;
   if (!o) return STRATA_EINVAL;
   const int kind = o->cfg.kind;
   const int adaptive = kind == OPTIM_LAMB || kind == OPTIM_LARS;
   if (adaptive && (rc = check_sums(o, sums, nsums, nt, "optim_apply"))) goto fail;
   if (kind == OPTIM_LAMB && !o->pending) {
-    rc = FAIL(o, STRATA_ESTATE, "optim_apply: LAMB needs optim_partials first (step %ld)", o->step + 1);
+    rc = FAIL(o, STRATA_ESTATE, "optim_apply: LAMB needs optim_partials first (step %ld)",
+              o->step + 1);
     goto fail;
   }
   if ((rc = prepare(o, t, nt, grad_scale, kind != OPTIM_LAMB, "optim_apply"))) goto fail;
@@ -406,11 +440,12 @@ int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, siz
         if (xn > 0.0 && un > 0.0) trust = phi / un;
       } else {
         /* You, Gitman & Ginsburg 2017: eta ||w|| / (||g|| + beta ||w||). */
-        if (xn > 0.0 && un > 0.0) trust = (double)g->trust_coef * xn / (un + (double)g->weight_decay * xn);
+        if (xn > 0.0 && un > 0.0)
+          trust = (double)g->trust_coef * xn / (un + (double)g->weight_decay * xn);
       }
       if (!isfinite(trust)) {
-        rc = FAIL(o, STRATA_EINVAL, "optim_apply: tensor %d: trust ratio %g from sums %g, %g", i, trust,
-                  sums[2 * i], sums[2 * i + 1]);
+        rc = FAIL(o, STRATA_EINVAL, "optim_apply: tensor %d: trust ratio %g from sums %g, %g", i,
+                  trust, sums[2 * i], sums[2 * i + 1]);
         goto fail;
       }
       o->jobs[i].lr = (float)((double)o->jobs[i].lr * trust);
@@ -449,7 +484,8 @@ int optim_grad_sumsq(optim *o, double *sumsq, const optim_tensor *t, int nt) {
   double *s2 = NULL;
   if (!o) return STRATA_EINVAL;
   if (!sumsq && nt > 0) return FAIL(o, STRATA_EINVAL, "optim_grad_sumsq: sumsq is NULL");
-  if (nt < 0 || (nt > 0 && !t)) return FAIL(o, STRATA_EINVAL, "optim_grad_sumsq: %d tensors at %p", nt, (const void *)t);
+  if (nt < 0 || (nt > 0 && !t))
+    return FAIL(o, STRATA_EINVAL, "optim_grad_sumsq: %d tensors at %p", nt, (const void *)t);
   if (nt > o->capjobs) {
     optim_job *nj = realloc(o->jobs, (size_t)nt * sizeof *nj);
     if (!nj) return FAIL(o, STRATA_ENOMEM, "optim_grad_sumsq: out of memory");
@@ -457,7 +493,8 @@ int optim_grad_sumsq(optim *o, double *sumsq, const optim_tensor *t, int nt) {
     o->capjobs = nt;
   }
   for (int i = 0; i < nt; i++) {
-    if (t[i].n > 0 && !t[i].grad) return FAIL(o, STRATA_EINVAL, "optim_grad_sumsq: tensor %d has no grad", i);
+    if (t[i].n > 0 && !t[i].grad)
+      return FAIL(o, STRATA_EINVAL, "optim_grad_sumsq: tensor %d has no grad", i);
     memset(&o->jobs[i], 0, sizeof o->jobs[i]);
     o->jobs[i].g = t[i].grad;
     o->jobs[i].n = t[i].n;
@@ -468,7 +505,8 @@ int optim_grad_sumsq(optim *o, double *sumsq, const optim_tensor *t, int nt) {
     goto fail;
   }
   if ((rc = run(o, OP_GRAD_SUMSQ, nt, s2))) goto fail;
-  for (int i = 0; i < nt; i++) sumsq[i] = s2[2 * i];
+  for (int i = 0; i < nt; i++)
+    sumsq[i] = s2[2 * i];
 fail:
   free(s2);
   return rc;

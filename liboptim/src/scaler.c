@@ -25,7 +25,8 @@ static int fail_msg(char *buf, size_t len, int code, const char *fmt, ...) {
   return code;
 }
 
-int optim_scaler_create(optim_scaler **out, const optim_scaler_config *cfg, char *err, size_t errlen) {
+int optim_scaler_create(optim_scaler **out, const optim_scaler_config *cfg, char *err,
+                        size_t errlen) {
   int rc = STRATA_OK;
   optim_scaler_config c = OPTIM_SCALER_DEFAULTS;
   optim_scaler *s = NULL;
@@ -35,15 +36,17 @@ int optim_scaler_create(optim_scaler **out, const optim_scaler_config *cfg, char
   if (cfg) c = *cfg;
   if (!(c.min_scale > 0.0f) || !(c.max_scale >= c.min_scale) || !(c.init_scale >= c.min_scale) ||
       !(c.init_scale <= c.max_scale)) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL,
-                  "optim_scaler_create: need 0 < min_scale <= init_scale <= max_scale, got %g, %g, %g",
-                  (double)c.min_scale, (double)c.init_scale, (double)c.max_scale);
+    rc = fail_msg(
+        err, errlen, STRATA_EINVAL,
+        "optim_scaler_create: need 0 < min_scale <= init_scale <= max_scale, got %g, %g, %g",
+        (double)c.min_scale, (double)c.init_scale, (double)c.max_scale);
     goto fail;
   }
   if (!(c.growth > 1.0f) || !(c.backoff > 0.0f && c.backoff < 1.0f) || c.window < 1) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL,
-                  "optim_scaler_create: need growth > 1, 0 < backoff < 1, window >= 1; got %g, %g, %d",
-                  (double)c.growth, (double)c.backoff, c.window);
+    rc = fail_msg(
+        err, errlen, STRATA_EINVAL,
+        "optim_scaler_create: need growth > 1, 0 < backoff < 1, window >= 1; got %g, %g, %d",
+        (double)c.growth, (double)c.backoff, c.window);
     goto fail;
   }
   s = calloc(1, sizeof *s);
@@ -58,9 +61,13 @@ fail:
   return rc;
 }
 
-void optim_scaler_destroy(optim_scaler *s) { free(s); }
+void optim_scaler_destroy(optim_scaler *s) {
+  free(s);
+}
 
-float optim_scaler_scale(const optim_scaler *s) { return s ? s->scale : 1.0f; }
+float optim_scaler_scale(const optim_scaler *s) {
+  return s ? s->scale : 1.0f;
+}
 
 int optim_scaler_update(optim_scaler *s, int found_nonfinite, int *skip) {
   if (!s || !skip) return STRATA_EINVAL;
@@ -81,6 +88,10 @@ int optim_scaler_update(optim_scaler *s, int found_nonfinite, int *skip) {
   return STRATA_OK;
 }
 
-long optim_scaler_skipped(const optim_scaler *s) { return s ? s->skipped : 0; }
+long optim_scaler_skipped(const optim_scaler *s) {
+  return s ? s->skipped : 0;
+}
 
-int optim_scaler_good_steps(const optim_scaler *s) { return s ? s->good : 0; }
+int optim_scaler_good_steps(const optim_scaler *s) {
+  return s ? s->good : 0;
+}

@@ -20,12 +20,15 @@ static float A[M][N], y[M];
 /* loss and gradient (times scale, as an fp16 backward would produce) */
 static double loss_grad(const float *x, float *g, float scale) {
   double loss = 0;
-  for (int j = 0; j < N; j++) g[j] = 0;
+  for (int j = 0; j < N; j++)
+    g[j] = 0;
   for (int i = 0; i < M; i++) {
     double r = -y[i];
-    for (int j = 0; j < N; j++) r += A[i][j] * x[j];
+    for (int j = 0; j < N; j++)
+      r += A[i][j] * x[j];
     loss += 0.5 * r * r;
-    for (int j = 0; j < N; j++) g[j] += (float)(scale * r * A[i][j]);
+    for (int j = 0; j < N; j++)
+      g[j] += (float)(scale * r * A[i][j]);
   }
   return loss;
 }
@@ -64,10 +67,22 @@ int main(void) {
     fprintf(stderr, "set-up: %s %s\n", optim_last_error(opt), err);
     goto done;
   }
-  optim_tensor t[2] = {
-      {.param = x, .grad = g, .m = m, .v = v, .lowp = x_bf16, .lowp_dtype = OPTIM_LOWP_BF16, .group = w, .n = 48},
-      {.param = x + 48, .grad = g + 48, .m = m + 48, .v = v + 48, .lowp = x_bf16 + 48,
-       .lowp_dtype = OPTIM_LOWP_BF16, .group = b, .n = 16}};
+  optim_tensor t[2] = {{.param = x,
+                        .grad = g,
+                        .m = m,
+                        .v = v,
+                        .lowp = x_bf16,
+                        .lowp_dtype = OPTIM_LOWP_BF16,
+                        .group = w,
+                        .n = 48},
+                       {.param = x + 48,
+                        .grad = g + 48,
+                        .m = m + 48,
+                        .v = v + 48,
+                        .lowp = x_bf16 + 48,
+                        .lowp_dtype = OPTIM_LOWP_BF16,
+                        .group = b,
+                        .n = 16}};
 
   double first = -1, last = 0, sumsq[2], sums[2 * OPTIM_NSUMS];
   for (int it = 0; it < 600; it++) {
@@ -84,8 +99,8 @@ int main(void) {
     if (optim_partials(opt, sums, 2 * OPTIM_NSUMS, t, 2, gs)) goto fail;
     if (optim_apply(opt, t, 2, sums, 2 * OPTIM_NSUMS, gs)) goto fail;
   }
-  printf("consumer: loss %.6g -> %.6g after %ld steps (%ld skipped), x[0] = %g (bf16 %#06x)\n", first, last,
-         optim_get_step(opt), optim_scaler_skipped(scaler), (double)x[0], x_bf16[0]);
+  printf("consumer: loss %.6g -> %.6g after %ld steps (%ld skipped), x[0] = %g (bf16 %#06x)\n",
+         first, last, optim_get_step(opt), optim_scaler_skipped(scaler), (double)x[0], x_bf16[0]);
   rc = last < first / 100 ? 0 : 1;
   goto done;
 fail:

@@ -30,13 +30,13 @@
 static size_t sizes[NT];
 static int failures;
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e_ = (x);                                                      \
-    if (e_ != cudaSuccess) {                                                   \
-      fprintf(stderr, "gpu_equiv: %s: %s\n", #x, cudaGetErrorString(e_));      \
-      exit(1);                                                                 \
-    }                                                                          \
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      fprintf(stderr, "gpu_equiv: %s: %s\n", #x, cudaGetErrorString(e_));                          \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static uint64_t rs = 88172645463325252ull;
@@ -47,14 +47,14 @@ static float urand(void) { /* [-1, 1) */
   return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
-static void check(const char *what, int kind, int k, const float *a, const float *b, size_t n, double rtol,
-                  double atol) {
+static void check(const char *what, int kind, int k, const float *a, const float *b, size_t n,
+                  double rtol, double atol) {
   for (size_t i = 0; i < n; i++) {
     double d = fabs((double)a[i] - b[i]);
     if (!(d <= rtol * fmax(fabs(a[i]), fabs(b[i])) + atol)) {
       if (failures++ < 20)
-        fprintf(stderr, "gpu_equiv: kind %d tensor %d %s[%zu]: cpu %.9g cuda %.9g\n", kind, k, what, i,
-                (double)a[i], (double)b[i]);
+        fprintf(stderr, "gpu_equiv: kind %d tensor %d %s[%zu]: cpu %.9g cuda %.9g\n", kind, k, what,
+                i, (double)a[i], (double)b[i]);
       return;
     }
   }
@@ -64,7 +64,8 @@ static void check_sums(const char *what, int kind, const double *a, const double
   for (int i = 0; i < n; i++)
     if (!(fabs(a[i] - b[i]) <= 1e-6 * fmax(fabs(a[i]), fabs(b[i])) + 1e-30)) {
       if (failures++ < 20)
-        fprintf(stderr, "gpu_equiv: kind %d %s[%d]: cpu %.12g cuda %.12g\n", kind, what, i, a[i], b[i]);
+        fprintf(stderr, "gpu_equiv: kind %d %s[%d]: cpu %.12g cuda %.12g\n", kind, what, i, a[i],
+                b[i]);
       return;
     }
 }
@@ -94,8 +95,8 @@ static void run_kind(int kind) {
   g1.weight_decay = 0;
   g1.adapt = 0;
   int id0, id1;
-  if (optim_add_group(oc, &g0, &id0) || optim_add_group(oc, &g1, &id1) || optim_add_group(og, &g0, &id0) ||
-      optim_add_group(og, &g1, &id1)) {
+  if (optim_add_group(oc, &g0, &id0) || optim_add_group(oc, &g1, &id1) ||
+      optim_add_group(og, &g0, &id0) || optim_add_group(og, &g1, &id1)) {
     fprintf(stderr, "gpu_equiv: groups: %s %s\n", optim_last_error(oc), optim_last_error(og));
     exit(1);
   }
@@ -109,7 +110,8 @@ static void run_kind(int kind) {
     hm[k] = calloc(1, b);
     hv[k] = calloc(1, b);
     hl[k] = calloc(1, b / 2);
-    for (size_t i = 0; i < n; i++) hp[k][i] = urand();
+    for (size_t i = 0; i < n; i++)
+      hp[k][i] = urand();
     CK(cudaMalloc((void **)&dp[k], b));
     CK(cudaMalloc((void **)&dg[k], b));
     CK(cudaMalloc((void **)&dm[k], b));
@@ -126,16 +128,19 @@ static void run_kind(int kind) {
   double sc[NT], sg[NT], pc[2 * NT], pg[2 * NT];
   for (int s = 0; s < STEPS; s++) {
     for (int k = 0; k < NT; k++) {
-      for (size_t i = 0; i < sizes[k]; i++) hg[k][i] = 0.1f * urand();
+      for (size_t i = 0; i < sizes[k]; i++)
+        hg[k][i] = 0.1f * urand();
       CK(cudaMemcpy(dg[k], hg[k], sizes[k] * 4, cudaMemcpyHostToDevice));
     }
     if (optim_grad_sumsq(oc, sc, tc, NT) || optim_grad_sumsq(og, sg, tg, NT)) {
-      fprintf(stderr, "gpu_equiv: grad_sumsq: %s / %s\n", optim_last_error(oc), optim_last_error(og));
+      fprintf(stderr, "gpu_equiv: grad_sumsq: %s / %s\n", optim_last_error(oc),
+              optim_last_error(og));
       exit(1);
     }
     check_sums("grad sumsq", kind, sc, sg, NT);
     double tot = 0;
-    for (int k = 0; k < NT; k++) tot += sc[k];
+    for (int k = 0; k < NT; k++)
+      tot += sc[k];
     float gs;
     optim_grad_scale(tot, 1.0f, 20.0f, &gs, NULL);
     if (optim_partials(oc, pc, 2 * NT, tc, NT, gs) || optim_partials(og, pg, 2 * NT, tg, NT, gs)) {
@@ -158,10 +163,12 @@ static void run_kind(int kind) {
     check("p", kind, k, hp[k], x, n, 1e-6, 1e-8);
     if (tg[k].lowp_dtype != OPTIM_LOWP_NONE)
       for (size_t i = 0; i < n; i++) {
-        uint16_t want = tg[k].lowp_dtype == OPTIM_LOWP_BF16 ? strata_f32_to_bf16(x[i]) : strata_f32_to_f16(x[i]);
+        uint16_t want = tg[k].lowp_dtype == OPTIM_LOWP_BF16 ? strata_f32_to_bf16(x[i])
+                                                            : strata_f32_to_f16(x[i]);
         if (l[i] != want) {
           if (failures++ < 20)
-            fprintf(stderr, "gpu_equiv: kind %d tensor %d lowp[%zu] = %#x, want %#x\n", kind, k, i, l[i], want);
+            fprintf(stderr, "gpu_equiv: kind %d tensor %d lowp[%zu] = %#x, want %#x\n", kind, k, i,
+                    l[i], want);
           break;
         }
       }
@@ -198,9 +205,11 @@ int main(void) {
   }
   sizes[0] = 70000000; /* 2137 chunks of 32768: more than one launch */
   sizes[1] = 0;
-  for (int k = 2; k < NT; k++) sizes[k] = 1 + (size_t)(k * 7919u * 37u) % 200000u;
+  for (int k = 2; k < NT; k++)
+    sizes[k] = 1 + (size_t)(k * 7919u * 37u) % 200000u;
   const int kinds[] = {OPTIM_SGD, OPTIM_ADAMW, OPTIM_LAMB, OPTIM_LARS};
-  for (int i = 0; i < 4; i++) run_kind(kinds[i]);
+  for (int i = 0; i < 4; i++)
+    run_kind(kinds[i]);
   printf("gpu_equiv: %s (%d mismatches)\n", failures ? "FAILED" : "CUDA matches CPU", failures);
   return failures ? 1 : 0;
 }

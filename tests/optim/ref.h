@@ -15,7 +15,9 @@
 #include <strata/optim.h>
 
 /* xorshift64*: uniform in [-1, 1). */
-typedef struct { uint64_t s; } rng_t;
+typedef struct {
+  uint64_t s;
+} rng_t;
 static inline double rng_uniform(rng_t *r) {
   r->s ^= r->s >> 12;
   r->s ^= r->s << 25;
@@ -24,7 +26,8 @@ static inline double rng_uniform(rng_t *r) {
   return (double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 static inline void rng_fill(rng_t *r, float *x, size_t n, double scale) {
-  for (size_t i = 0; i < n; i++) x[i] = (float)(scale * rng_uniform(r));
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(scale * rng_uniform(r));
 }
 
 /* One tensor of the reference: double state, started from the float values. */
@@ -36,7 +39,8 @@ typedef struct {
 static inline ref_tensor ref_new(const float *p0, size_t n) {
   ref_tensor r = {n, calloc(n ? n : 1, sizeof(double)), calloc(n ? n : 1, sizeof(double)),
                   calloc(n ? n : 1, sizeof(double))};
-  for (size_t i = 0; i < n; i++) r.p[i] = p0[i];
+  for (size_t i = 0; i < n; i++)
+    r.p[i] = p0[i];
   return r;
 }
 static inline void ref_free(ref_tensor *r) {
@@ -48,7 +52,8 @@ static inline void ref_free(ref_tensor *r) {
 /* SGD with momentum mu and L2 weight decay, PyTorch's reformulation of
  * Sutskever et al. 2013: b_t = mu b_{t-1} + d_t (b_0 = 0), Nesterov
  * direction d_t + mu b_t. */
-static inline void ref_sgd(ref_tensor *r, const float *g, double gs, const optim_group *h, double lr) {
+static inline void ref_sgd(ref_tensor *r, const float *g, double gs, const optim_group *h,
+                           double lr) {
   for (size_t i = 0; i < r->n; i++) {
     double d = gs * g[i] + h->weight_decay * r->p[i];
     double dir = d;
@@ -75,8 +80,8 @@ static inline double ref_adam_dir(ref_tensor *r, size_t i, double g, const optim
 }
 
 /* AdamW, Loshchilov & Hutter Algorithm 2 line 12 with lr = eta_t alpha. */
-static inline void ref_adamw(ref_tensor *r, const float *g, double gs, const optim_group *h, double lr,
-                             long t) {
+static inline void ref_adamw(ref_tensor *r, const float *g, double gs, const optim_group *h,
+                             double lr, long t) {
   for (size_t i = 0; i < r->n; i++) {
     double u = ref_adam_dir(r, i, gs * g[i], h, t) + h->weight_decay * r->p[i];
     r->p[i] -= lr * u;
@@ -84,8 +89,8 @@ static inline void ref_adamw(ref_tensor *r, const float *g, double gs, const opt
 }
 
 /* LAMB, You et al. 2020 Algorithm 2, one tensor: returns the trust ratio. */
-static inline double ref_lamb(ref_tensor *r, const float *g, double gs, const optim_group *h, double lr,
-                              long t) {
+static inline double ref_lamb(ref_tensor *r, const float *g, double gs, const optim_group *h,
+                              double lr, long t) {
   double *u = malloc((r->n ? r->n : 1) * sizeof *u);
   double xn = 0, un = 0;
   for (size_t i = 0; i < r->n; i++) {
@@ -101,13 +106,15 @@ static inline double ref_lamb(ref_tensor *r, const float *g, double gs, const op
     if (h->phi_max > 0) phi = fmin(phi, h->phi_max);
     trust = phi / un;
   }
-  for (size_t i = 0; i < r->n; i++) r->p[i] -= lr * trust * u[i];
+  for (size_t i = 0; i < r->n; i++)
+    r->p[i] -= lr * trust * u[i];
   free(u);
   return trust;
 }
 
 /* LARS, You, Gitman & Ginsburg 2017 Algorithm 1, one tensor. */
-static inline double ref_lars(ref_tensor *r, const float *g, double gs, const optim_group *h, double lr) {
+static inline double ref_lars(ref_tensor *r, const float *g, double gs, const optim_group *h,
+                              double lr) {
   double wn = 0, gn = 0;
   for (size_t i = 0; i < r->n; i++) {
     wn += r->p[i] * r->p[i];
@@ -129,13 +136,13 @@ static inline double ref_lars(ref_tensor *r, const float *g, double gs, const op
 }
 
 /* |x - ref| <= atol + rtol |ref| for every element; names the first miss. */
-static inline void expect_close(const float *x, const double *ref, size_t n, double rtol, double atol,
-                                const char *what) {
+static inline void expect_close(const float *x, const double *ref, size_t n, double rtol,
+                                double atol, const char *what) {
   for (size_t i = 0; i < n; i++) {
     double e = fabs((double)x[i] - ref[i]);
     if (!(e <= atol + rtol * fabs(ref[i])))
-      cr_assert_fail("%s: element %zu is %.9g, reference %.9g (error %.3g > %.3g)", what, i, (double)x[i],
-                     ref[i], e, atol + rtol * fabs(ref[i]));
+      cr_assert_fail("%s: element %zu is %.9g, reference %.9g (error %.3g > %.3g)", what, i,
+                     (double)x[i], ref[i], e, atol + rtol * fabs(ref[i]));
   }
 }
 
@@ -149,12 +156,13 @@ static inline long ulp_diff(float a, float b) {
   return labs((long)ia - (long)ib);
 }
 
-static inline void expect_ulps(const float *x, const float *y, size_t n, long maxulp, const char *what) {
+static inline void expect_ulps(const float *x, const float *y, size_t n, long maxulp,
+                               const char *what) {
   for (size_t i = 0; i < n; i++) {
     long d = ulp_diff(x[i], y[i]);
     if (d > maxulp)
-      cr_assert_fail("%s: element %zu: %.9g vs %.9g, %ld ulp apart (max %ld)", what, i, (double)x[i],
-                     (double)y[i], d, maxulp);
+      cr_assert_fail("%s: element %zu: %.9g vs %.9g, %ld ulp apart (max %ld)", what, i,
+                     (double)x[i], (double)y[i], d, maxulp);
   }
 }
 

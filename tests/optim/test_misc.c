@@ -118,7 +118,8 @@ Test(scaler, skip_shrink_grow) {
   }
   cr_assert_eq(optim_scaler_update(s, 0, &skip), 0);
   cr_assert(optim_scaler_scale(s) == 512.0f && optim_scaler_good_steps(s) == 0);
-  for (int i = 0; i < 9; i++) cr_assert_eq(optim_scaler_update(s, 0, &skip), 0);
+  for (int i = 0; i < 9; i++)
+    cr_assert_eq(optim_scaler_update(s, 0, &skip), 0);
   cr_assert(optim_scaler_scale(s) == 4096.0f); /* ceiling */
   optim_scaler_destroy(s);
 }
@@ -145,13 +146,15 @@ Test(scaler, adamw_skips_nonfinite_steps) {
   rng_t rng = {99};
   rng_fill(&rng, p, N, 1.0);
   ref_tensor r = ref_new(p, N);
-  optim_tensor t[2] = {{.param = p, .grad = gsc, .m = m, .v = v, .group = id, .n = 200},
-                       {.param = p + 200, .grad = gsc + 200, .m = m + 200, .v = v + 200, .group = id, .n = 100}};
+  optim_tensor t[2] = {
+      {.param = p, .grad = gsc, .m = m, .v = v, .group = id, .n = 200},
+      {.param = p + 200, .grad = gsc + 200, .m = m + 200, .v = v + 200, .group = id, .n = 100}};
   long good = 0;
   for (int s = 1; s <= STEPS; s++) {
     rng_fill(&rng, gu, N, 0.1);
     float scale = optim_scaler_scale(sc);
-    for (int i = 0; i < N; i++) gsc[i] = gu[i] * scale;
+    for (int i = 0; i < N; i++)
+      gsc[i] = gu[i] * scale;
     if (s == 3) gsc[250] = INFINITY;
     if (s == 5) gsc[17] = NAN;
     double ss[2];
@@ -189,7 +192,8 @@ static void expect_group_error(int kind, optim_group g, const char *needle) {
   int id = -1;
   cr_assert_eq(optim_add_group(o, &g, &id), STRATA_EINVAL);
   cr_assert_eq(id, -1);
-  cr_assert(strstr(optim_last_error(o), needle), "message '%s' lacks '%s'", optim_last_error(o), needle);
+  cr_assert(strstr(optim_last_error(o), needle), "message '%s' lacks '%s'", optim_last_error(o),
+            needle);
   optim_destroy(o);
 }
 
@@ -300,7 +304,8 @@ Test(resume, set_step_continues_bias_correction) {
   rng_t rng = {2024};
   rng_fill(&rng, p1, N, 1.0);
   memcpy(p2, p1, sizeof p1);
-  for (int s = 0; s < 4; s++) rng_fill(&rng, g[s], N, 0.1);
+  for (int s = 0; s < 4; s++)
+    rng_fill(&rng, g[s], N, 0.1);
   optim_config cfg = OPTIM_CONFIG_DEFAULTS;
   cfg.kind = OPTIM_LAMB;
   optim *a = NULL, *b = NULL;
@@ -327,7 +332,8 @@ Test(resume, set_step_continues_bias_correction) {
     t2.grad = g[s];
     cr_assert_eq(optim_step(b, &t2, 1, 1.0f), 0);
   }
-  cr_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0);
+  cr_assert(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 &&
+            memcmp(v1, v2, sizeof v1) == 0);
   cr_assert_eq(optim_set_step(b, -1), STRATA_EINVAL);
   optim_destroy(a);
   optim_destroy(b);

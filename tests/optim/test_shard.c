@@ -48,8 +48,12 @@ static void run_split(int kind, int k, float *const *p0, float *const *const *gr
       a[r][i].m = calloc(n ? n : 1, 4);
       a[r][i].v = calloc(n ? n : 1, 4);
       memcpy(a[r][i].p, p0[i] + lo, n * 4);
-      t[r][i] = (optim_tensor){.param = a[r][i].p, .grad = a[r][i].g, .m = a[r][i].m, .v = a[r][i].v,
-                               .group = i == 2 ? id1 : id0, .n = n};
+      t[r][i] = (optim_tensor){.param = a[r][i].p,
+                               .grad = a[r][i].g,
+                               .m = a[r][i].m,
+                               .v = a[r][i].v,
+                               .group = i == 2 ? id1 : id0,
+                               .n = n};
     }
   }
   for (int s = 0; s < STEPS; s++) {
@@ -62,15 +66,18 @@ static void run_split(int kind, int k, float *const *p0, float *const *const *gr
       }
       double ss[NT];
       cr_assert_eq(optim_grad_sumsq(o[r], ss, t[r], NT), 0);
-      for (int i = 0; i < NT; i++) gsum += ss[i];
+      for (int i = 0; i < NT; i++)
+        gsum += ss[i];
     }
     float gs;
     cr_assert_eq(optim_grad_scale(gsum, 4.0f, max_norm, &gs, NULL), 0);
     /* phase one of the optimizer, the "allreduce", phase two */
     double part[8][2 * NT], red[2 * NT] = {0};
     for (int r = 0; r < k; r++) {
-      cr_assert_eq(optim_partials(o[r], part[r], 2 * NT, t[r], NT, gs), 0, "%s", optim_last_error(o[r]));
-      for (int j = 0; j < 2 * NT; j++) red[j] += part[r][j];
+      cr_assert_eq(optim_partials(o[r], part[r], 2 * NT, t[r], NT, gs), 0, "%s",
+                   optim_last_error(o[r]));
+      for (int j = 0; j < 2 * NT; j++)
+        red[j] += part[r][j];
     }
     for (int r = 0; r < k; r++)
       cr_assert_eq(optim_apply(o[r], t[r], NT, red, 2 * NT, gs), 0, "%s", optim_last_error(o[r]));
@@ -122,12 +129,23 @@ static void shard_case(int kind, float max_norm) {
     free(p0[i]);
     free(whole[i]);
     free(split[i]);
-    for (int s = 0; s < STEPS; s++) free(g[s][i]);
+    for (int s = 0; s < STEPS; s++)
+      free(g[s][i]);
   }
 }
 
-Test(shard, lamb) { shard_case(OPTIM_LAMB, 0.0f); }
-Test(shard, lamb_clipped) { shard_case(OPTIM_LAMB, 1.0f); }
-Test(shard, lars_clipped) { shard_case(OPTIM_LARS, 5.0f); }
-Test(shard, adamw_clipped) { shard_case(OPTIM_ADAMW, 2.0f); }
-Test(shard, sgd_clipped) { shard_case(OPTIM_SGD, 2.0f); }
+Test(shard, lamb) {
+  shard_case(OPTIM_LAMB, 0.0f);
+}
+Test(shard, lamb_clipped) {
+  shard_case(OPTIM_LAMB, 1.0f);
+}
+Test(shard, lars_clipped) {
+  shard_case(OPTIM_LARS, 5.0f);
+}
+Test(shard, adamw_clipped) {
+  shard_case(OPTIM_ADAMW, 2.0f);
+}
+Test(shard, sgd_clipped) {
+  shard_case(OPTIM_SGD, 2.0f);
+}

@@ -54,8 +54,8 @@ static void run_case(int kind, optim_group g0, optim_group g1, int threads, int 
     t[k].v = calloc(n, 4);
     rng_fill(&rng, t[k].p, n, 1.0);
     t[k].r = ref_new(t[k].p, n);
-    ot[k] = (optim_tensor){.param = t[k].p, .grad = t[k].g, .m = t[k].m, .v = t[k].v,
-                           .group = groups[k], .n = n};
+    ot[k] = (optim_tensor){
+        .param = t[k].p, .grad = t[k].g, .m = t[k].m, .v = t[k].v, .group = groups[k], .n = n};
   }
   for (long s = 1; s <= STEPS; s++) {
     for (int k = 0; k < NT; k++) {
@@ -263,13 +263,15 @@ static void lowp_case(int kind, int dtype, int isa) {
   p[1] = 65520.0f; /* rounds to inf in f16 */
   p[2] = -0.0f;
   rng_fill(&rng, gr, n, 1e-3);
-  optim_tensor t = {.param = p, .grad = gr, .m = m, .v = v, .lowp = h, .lowp_dtype = dtype, .group = id, .n = n};
-  for (int s = 0; s < 2; s++) cr_assert_eq(optim_step(o, &t, 1, 1.0f), 0, "%s", optim_last_error(o));
+  optim_tensor t = {
+      .param = p, .grad = gr, .m = m, .v = v, .lowp = h, .lowp_dtype = dtype, .group = id, .n = n};
+  for (int s = 0; s < 2; s++)
+    cr_assert_eq(optim_step(o, &t, 1, 1.0f), 0, "%s", optim_last_error(o));
   for (size_t i = 0; i < n; i++) {
     uint16_t want = dtype == OPTIM_LOWP_BF16 ? strata_f32_to_bf16(p[i]) : strata_f32_to_f16(p[i]);
     if (h[i] != want)
-      cr_assert_fail("kind %d dtype %d isa %d element %zu: p = %.9g, copy 0x%04x, expected 0x%04x", kind, dtype,
-                     isa, i, (double)p[i], h[i], want);
+      cr_assert_fail("kind %d dtype %d isa %d element %zu: p = %.9g, copy 0x%04x, expected 0x%04x",
+                     kind, dtype, isa, i, (double)p[i], h[i], want);
   }
   free(p);
   free(gr);
@@ -318,7 +320,8 @@ Test(isa, vector_matches_scalar) {
       rng_t r2 = {4242};
       rng_fill(&r2, ps[a], n, 1.0);
       optim_tensor t = {.param = ps[a], .grad = gr, .m = ms[a], .v = vs[a], .group = id, .n = n};
-      for (int s = 0; s < 3; s++) cr_assert_eq(optim_step(o, &t, 1, 0.5f), 0, "%s", optim_last_error(o));
+      for (int s = 0; s < 3; s++)
+        cr_assert_eq(optim_step(o, &t, 1, 0.5f), 0, "%s", optim_last_error(o));
       optim_destroy(o);
     }
     expect_ulps(ps[0], ps[1], n, 2, "params, scalar vs vector");
@@ -361,8 +364,8 @@ Test(lowp, conversion_sweep) {
       for (size_t i = 0; i < n; i++) {
         uint16_t want = dt == OPTIM_LOWP_BF16 ? strata_f32_to_bf16(p[i]) : strata_f32_to_f16(p[i]);
         if (h[i] != want)
-          cr_assert_fail("isa %d dtype %d: p = %a (0x%08x): copy 0x%04x, expected 0x%04x", isas[a], dt,
-                         (double)p[i], (unsigned)((i << 12) | (i & 0xfff)), h[i], want);
+          cr_assert_fail("isa %d dtype %d: p = %a (0x%08x): copy 0x%04x, expected 0x%04x", isas[a],
+                         dt, (double)p[i], (unsigned)((i << 12) | (i & 0xfff)), h[i], want);
       }
       optim_destroy(o);
     }

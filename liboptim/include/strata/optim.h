@@ -55,7 +55,12 @@ enum optim_device { OPTIM_CPU = 0, OPTIM_CUDA = 1 };
 /* Dtype of the optional low-precision copy of the parameters. */
 enum optim_lowp { OPTIM_LOWP_NONE = 0, OPTIM_LOWP_BF16 = 1, OPTIM_LOWP_F16 = 2 };
 /* CPU instruction set of the kernels; AUTO takes the best this CPU has. */
-enum optim_isa { OPTIM_ISA_AUTO = 0, OPTIM_ISA_SCALAR = 1, OPTIM_ISA_AVX2 = 2, OPTIM_ISA_AVX512 = 3 };
+enum optim_isa {
+  OPTIM_ISA_AUTO = 0,
+  OPTIM_ISA_SCALAR = 1,
+  OPTIM_ISA_AVX2 = 2,
+  OPTIM_ISA_AVX512 = 3
+};
 
 typedef struct optim optim;
 typedef struct optim_scaler optim_scaler;
@@ -68,7 +73,8 @@ typedef struct optim_config {
   int threads;     /* CPU threads; 0: the OpenMP default */
   int isa;         /* enum optim_isa (CPU) */
 } optim_config;
-#define OPTIM_CONFIG_DEFAULTS {OPTIM_ADAMW, OPTIM_CPU, 0, NULL, 0, OPTIM_ISA_AUTO}
+#define OPTIM_CONFIG_DEFAULTS                                                                      \
+  { OPTIM_ADAMW, OPTIM_CPU, 0, NULL, 0, OPTIM_ISA_AUTO }
 
 /* Hyper-parameters of one parameter group. Fields an optimizer does not use
  * are ignored (but still validated when set to nonsense). */
@@ -142,8 +148,8 @@ STRATA_API int optim_partials(optim *o, double *sums, size_t nsums, const optim_
  * tensor (NULL allowed for SGD and AdamW), then counts the step. For LAMB
  * it must follow optim_partials on the same tensors (STRATA_ESTATE if not).
  * On CUDA it is asynchronous on the handle's stream. */
-STRATA_API int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, size_t nsums,
-                           float grad_scale);
+STRATA_API int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums,
+                           size_t nsums, float grad_scale);
 /* Both phases for whole tensors held by one process. */
 STRATA_API int optim_step(optim *o, const optim_tensor *t, int nt, float grad_scale);
 
@@ -168,12 +174,13 @@ STRATA_API int optim_grad_scale(double global_sumsq, float loss_scale, float max
 enum optim_sched_kind { OPTIM_SCHED_CONSTANT = 0, OPTIM_SCHED_POLY = 1, OPTIM_SCHED_COSINE = 2 };
 typedef struct optim_schedule {
   int kind;
-  long warmup;      /* warm-up updates (>= 0) */
-  long total;       /* updates at which decay ends (> warmup for POLY/COSINE) */
-  double power;     /* POLY exponent (> 0) */
-  double end;       /* final factor in [0, 1] */
+  long warmup;  /* warm-up updates (>= 0) */
+  long total;   /* updates at which decay ends (> warmup for POLY/COSINE) */
+  double power; /* POLY exponent (> 0) */
+  double end;   /* final factor in [0, 1] */
 } optim_schedule;
-#define OPTIM_SCHEDULE_DEFAULTS {OPTIM_SCHED_CONSTANT, 0, 0, 1.0, 0.0}
+#define OPTIM_SCHEDULE_DEFAULTS                                                                    \
+  { OPTIM_SCHED_CONSTANT, 0, 0, 1.0, 0.0 }
 /* Sets the handle's schedule (NULL: constant). Validated. */
 STRATA_API int optim_set_schedule(optim *o, const optim_schedule *s);
 /* The factor at update t; s must be valid (see optim_set_schedule). */
@@ -193,7 +200,8 @@ typedef struct optim_scaler_config {
   float min_scale;  /* floor of the scale, > 0 */
   float max_scale;  /* ceiling of the scale, >= min_scale */
 } optim_scaler_config;
-#define OPTIM_SCALER_DEFAULTS {65536.0f, 2.0f, 0.5f, 2000, 1.0f, 16777216.0f}
+#define OPTIM_SCALER_DEFAULTS                                                                      \
+  { 65536.0f, 2.0f, 0.5f, 2000, 1.0f, 16777216.0f }
 
 STRATA_API int optim_scaler_create(optim_scaler **out, const optim_scaler_config *cfg, char *err,
                                    size_t errlen);

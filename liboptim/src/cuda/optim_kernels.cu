@@ -1,11 +1,10 @@
 // liboptim's CUDA kernels: multi-tensor fused updates in the manner of
 // NVIDIA Apex's multi_tensor_apply. Each launch carries (as kernel
 // parameters, no device allocation) up to MAX_JOBS tensors and MAX_BLOCKS
-// chunk descriptors; one block updates one chunk of CHUNK elements of one
-// tensor. The per-element arithmetic is that of the CPU kernels (kernels.c),
-// with the same host-computed per-tensor constants, so both backends agree to
-// rounding (nvcc contracts a*b+c into FMAs as the CPU's -march=x86-64-v3
-// build may do in a different place: a few ulp).
+// chunk descriptors (more tensors or chunks: more launches); one block updates one chunk of CHUNK
+// elements of one tensor. The per-element arithmetic is that of the CPU kernels (kernels.c), with
+// the same host-computed per-tensor constants, so both backends agree to rounding (nvcc contracts
+// a*b+c into FMAs as the CPU's -march=x86-64-v3 build may do in a different place: a few ulp).
 //
 // Sums of squares: every block writes its chunk's two partial sums (double)
 // to a scratch array; the host adds them per tensor in chunk order, so the
@@ -59,8 +58,10 @@ __device__ __forceinline__ uint16_t to_f16(float f) {
 
 __device__ __forceinline__ void store_lowp(const optim_job &j, size_t i, float x) {
   if (!j.lowp) return;
-  if (j.lowp_dtype == OPTIM_LOWP_BF16) ((uint16_t *)j.lowp)[i] = to_bf16(x);
-  else if (j.lowp_dtype == OPTIM_LOWP_F16) ((uint16_t *)j.lowp)[i] = to_f16(x);
+  if (j.lowp_dtype == OPTIM_LOWP_BF16)
+    ((uint16_t *)j.lowp)[i] = to_bf16(x);
+  else if (j.lowp_dtype == OPTIM_LOWP_F16)
+    ((uint16_t *)j.lowp)[i] = to_f16(x);
 }
 
 // Block-wide sum of two doubles; result valid in thread 0.
@@ -87,7 +88,8 @@ __device__ void block_sum2(double &a, double &b) {
 }
 
 template <int OP>
-__global__ void __launch_bounds__(THREADS) multi_tensor(const __grid_constant__ Meta meta, double *partials) {
+__global__ void __launch_bounds__(THREADS)
+    multi_tensor(const __grid_constant__ Meta meta, double *partials) {
   const optim_job &j = meta.jobs[meta.block_job[blockIdx.x]];
   const size_t a = (size_t)meta.block_chunk[blockIdx.x] * CHUNK;
   const size_t b = a + CHUNK < j.n ? a + CHUNK : j.n;
@@ -158,11 +160,17 @@ void launch(int op, const Meta &meta, int nblocks, double *partials, cudaStream_
   switch (op) {
   case OP_SGD: multi_tensor<OP_SGD><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
   case OP_ADAMW: multi_tensor<OP_ADAMW><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
-  case OP_LAMB_PARTS: multi_tensor<OP_LAMB_PARTS><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
+  case OP_LAMB_PARTS:
+    multi_tensor<OP_LAMB_PARTS><<<nblocks, THREADS, 0, st>>>(meta, partials);
+    break;
   case OP_LAMB: multi_tensor<OP_LAMB><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
-  case OP_LARS_PARTS: multi_tensor<OP_LARS_PARTS><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
+  case OP_LARS_PARTS:
+    multi_tensor<OP_LARS_PARTS><<<nblocks, THREADS, 0, st>>>(meta, partials);
+    break;
   case OP_LARS: multi_tensor<OP_LARS><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
-  case OP_GRAD_SUMSQ: multi_tensor<OP_GRAD_SUMSQ><<<nblocks, THREADS, 0, st>>>(meta, partials); break;
+  case OP_GRAD_SUMSQ:
+    multi_tensor<OP_GRAD_SUMSQ><<<nblocks, THREADS, 0, st>>>(meta, partials);
+    break;
   default: break;
   }
 }
@@ -172,10 +180,10 @@ int cuda_fail(char *err, size_t errlen, const char *what, cudaError_t e) {
   return STRATA_ECUDA;
 }
 
-}  // namespace
+} // namespace
 
 extern "C" int optim_cuda_device_count(void) {
-  int n = 0;  // left untouched by the runtime when no driver or device is present
+  int n = 0; // left untouched by the runtime when no driver or device is present
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
@@ -183,8 +191,8 @@ extern "C" int optim_cuda_device_count(void) {
   return n;
 }
 
-extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job *jobs, int nj, double *sums,
-                              char *err, size_t errlen) {
+extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job *jobs, int nj,
+                              double *sums, char *err, size_t errlen) {
   int rc = STRATA_OK;
   cudaError_t e;
   cudaStream_t st = (cudaStream_t)stream;
@@ -197,18 +205,21 @@ extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job 
   size_t launched = 0;
 
   if ((e = cudaSetDevice(device)) != cudaSuccess) return cuda_fail(err, errlen, "cudaSetDevice", e);
-  for (int i = 0; i < nj; i++) total_chunks += (jobs[i].n + CHUNK - 1) / CHUNK;
+  for (int i = 0; i < nj; i++)
+    total_chunks += (jobs[i].n + CHUNK - 1) / CHUNK;
   if (sums) memset(sums, 0, 2 * (size_t)nj * sizeof *sums);
   if (total_chunks == 0) return STRATA_OK;
   if (want) {
     chunk_job = new (std::nothrow) int[total_chunks];
     hpart = new (std::nothrow) double[2 * total_chunks];
     if (!chunk_job || !hpart) {
-      if (err && errlen) snprintf(err, errlen, "optim (CUDA): out of host memory for %zu chunks", total_chunks);
+      if (err && errlen)
+        snprintf(err, errlen, "optim (CUDA): out of host memory for %zu chunks", total_chunks);
       rc = STRATA_ENOMEM;
       goto fail;
     }
-    if ((e = cudaMallocAsync((void **)&dpart, 2 * total_chunks * sizeof(double), st)) != cudaSuccess) {
+    if ((e = cudaMallocAsync((void **)&dpart, 2 * total_chunks * sizeof(double), st)) !=
+        cudaSuccess) {
       rc = cuda_fail(err, errlen, "cudaMallocAsync", e);
       goto fail;
     }
@@ -217,7 +228,7 @@ extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job 
   for (int i = 0; i < nj; i++) {
     const size_t nc = (jobs[i].n + CHUNK - 1) / CHUNK;
     if (nc == 0) continue;
-    if (njm == MAX_JOBS) {  // a full tensor table: launch what is queued
+    if (njm == MAX_JOBS) { // a full tensor table: launch what is queued
       launch(op, meta, nb, want ? dpart + 2 * launched : nullptr, st);
       launched += nb;
       nb = 0;
@@ -225,7 +236,7 @@ extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job 
     }
     meta.jobs[njm] = jobs[i];
     for (size_t c = 0; c < nc; c++) {
-      if (nb == MAX_BLOCKS) {  // a full block table: launch, keep this tensor
+      if (nb == MAX_BLOCKS) { // a full block table: launch, keep this tensor
         launch(op, meta, nb, want ? dpart + 2 * launched : nullptr, st);
         launched += nb;
         nb = 0;
@@ -245,8 +256,8 @@ extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job 
     goto fail;
   }
   if (want) {
-    if ((e = cudaMemcpyAsync(hpart, dpart, 2 * total_chunks * sizeof(double), cudaMemcpyDeviceToHost, st)) !=
-            cudaSuccess ||
+    if ((e = cudaMemcpyAsync(hpart, dpart, 2 * total_chunks * sizeof(double),
+                             cudaMemcpyDeviceToHost, st)) != cudaSuccess ||
         (e = cudaStreamSynchronize(st)) != cudaSuccess) {
       rc = cuda_fail(err, errlen, "copying partial sums", e);
       goto fail;
