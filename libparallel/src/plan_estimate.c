@@ -197,6 +197,8 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
     if (!first) inflight = fmax(1.0, inflight - (pp - 1)); /* last stage: one at a time */
   }
   double act = inflight * ls * kept + (m->recompute ? full : 0.0);
+  /* Gradients of one block's activations while it runs backward. */
+  act += tok * h * e * p->bwd_scratch_token_elems / tpd;
   if (first) act += inflight * tok * h * (e + mk); /* embedding output + dropout mask */
   /* Logits in compute precision plus the fp32 copy of the vocab-parallel
    * cross-entropy, for the microbatch whose loss is computed. */

@@ -110,7 +110,8 @@ static int zero_comm(const par_plan_params_t *p, sink_t *s) {
   if (rc) return rc;
   double logits = 32.0 * g2.seq * g2.vocab * (2.0 + 4.0), emb = 32.0 * g2.seq * g2.hidden * 3.0;
   double scores = 32.0 * g2.heads * g2.seq * g2.seq * 5.0 * g2.layers;
-  double per = (r.mem[PAR_MEM_ACTIV] - logits - emb - scores) /
+  double scratch = 32.0 * g2.seq * g2.hidden * 2.0 * p->bwd_scratch_token_elems;
+  double per = (r.mem[PAR_MEM_ACTIV] - logits - emb - scores - scratch) /
                (2.0 * g2.hidden * 32.0 * g2.seq * g2.layers);
   put(s, "values", 12, per, "activations per h B s l, scores aside (GPT-2 1.5B)");
   return STRATA_OK;

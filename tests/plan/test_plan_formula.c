@@ -134,3 +134,15 @@ Test(megatron, training_time_examples) {
   double r = par_megatron_flops(&g3, 1, 1) / g3.seq / (8 * par_megatron_param_count(&g3));
   cr_expect(fabs(r - 1) < 0.03, "F/(8 P B s) = %.4f", r);
 }
+
+Test(megatron, planner_count_equals_the_runtime_model) {
+  /* The planner's parameter count is the length of the real GPT's flat
+   * parameter array (libparallel/src/gpt.c), for shapes large and small. */
+  const par_gpt_config_t cfgs[] = {
+      {.layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256},
+      {.layers = 12, .hidden = 768, .heads = 12, .seq = 1024, .vocab = 50304},
+      {.layers = 80, .hidden = 12288, .heads = 96, .seq = 2048, .vocab = 51200},
+  };
+  for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++)
+    cr_expect_eq(par_plan_param_count(&cfgs[i]), (double)par_gpt_param_count(&cfgs[i]), "config %zu", i);
+}

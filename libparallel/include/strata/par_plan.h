@@ -93,6 +93,9 @@ typedef struct {
                                whole (4: layernorm inputs, linear inputs) */
   double act_score_elems;   /* elements kept per attention score (2: softmax output
                                and dropout output) */
+  double bwd_scratch_token_elems; /* activation-gradient buffers live during one block's
+                               backward, per token x hidden (14: residual, layernorm,
+                               qkv 3, attention output, fc 4, GeLU 4) */
   double mask_bytes;        /* bytes per dropout-mask element kept for backward (1: a
                                byte mask as Megatron; 0: a model without dropout) */
   double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
@@ -113,10 +116,11 @@ typedef struct {
   {.gemm_efficiency = 0.7445, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                    \
    .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_token_replicated = 11.0,          \
    .ew_passes_score = 6.5, .act_token_elems = 16.0, .act_token_elems_replicated = 4.0,            \
-   .act_score_elems = 2.0, .mask_bytes = 1.0, .bwd_factor = 2.0, .dp_overlap = 1.0,               \
-   .zero3_overlap = 0.5, .offload_overlap = 0.5, .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0,  \
-   .gpu_optim_bytes = 28.0, .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0,            \
-   .device_reserved_bytes = 1.5e9, .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
+   .act_score_elems = 2.0, .bwd_scratch_token_elems = 14.0, .mask_bytes = 1.0,                    \
+   .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5,            \
+   .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
+   .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .device_reserved_bytes = 1.5e9,     \
+   .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
 
 /* Parameters by name (the field names above), as for the cluster. */
 STRATA_API int par_plan_params_set(par_plan_params_t *p, const char *key, double value);
