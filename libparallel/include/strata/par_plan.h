@@ -44,7 +44,7 @@ typedef struct {
   double host_bw;         /* per-GPU host<->device bandwidth (PCIe), bytes/s */
   double cpu_mem_bytes;   /* host memory per node, bytes */
   double cpu_mem_bw;      /* host memory bandwidth per node, bytes/s */
-  double cpu_flops;       /* achievable fp32 FLOP/s of a node's CPUs (CPU optimizer) */
+  double cpu_flops;       /* peak fp32 FLOP/s of a node's CPUs (CPU Adam is mostly bandwidth-bound) */
   double nvme_bytes;      /* NVMe capacity per node, bytes */
   double nvme_bw;         /* NVMe bandwidth per node (read or write), bytes/s */
 } par_cluster_t;
