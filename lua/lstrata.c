@@ -351,6 +351,8 @@ int luaopen_strata(lua_State *L) {
   merge(L, m);
   luaL_requiref(L, "strata.parallel", luaopen_strata_parallel, 0);
   merge(L, m);
+  luaL_requiref(L, "strata.train", luaopen_strata_train, 0);
+  merge(L, m);
   for (const lstrata_chunk_t *c = lstrata_chunks; c->name; c++) {
     char chunkname[64];
     snprintf(chunkname, sizeof chunkname, "=[strata %s]", c->name);

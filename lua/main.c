@@ -231,83 +231,9 @@ static int cmd_plot(int argc, char **argv) {
     fprintf(stderr, "strata plot: usage: strata plot METRICS.h5 [name ...] -o FILE.png\n");
     return STRATA_EXIT_USAGE;
   }
-  char err[512] = "";
-  char **avail = NULL;
-  int navail = 0;
-  int rc = par_metrics_names(in, &avail, &navail, err, sizeof err);
-  if (rc != STRATA_OK) {
-    fprintf(stderr, "strata plot: %s\n", err);
-    return STRATA_EXIT_FAIL;
-  }
-  int has_step = 0, status = STRATA_EXIT_OK;
-  for (int k = 0; k < navail; k++) has_step |= strcmp(avail[k], "step") == 0;
-  if (n == 0)
-    for (int k = 0; k < navail; k++)
-      if (!strcmp(avail[k], "loss") || !strcmp(avail[k], "val_loss")) names[n++] = avail[k];
-  if (n == 0) {
-    fprintf(stderr, "strata plot: '%s' has no loss or val_loss; name the metrics to plot\n", in);
-    status = STRATA_EXIT_USAGE;
-    goto done;
-  }
-  double *x = NULL, *y = NULL;
-  size_t nx = 0, ny = 0;
-  if (has_step && par_metrics_read(in, "step", &x, &nx, err, sizeof err) != STRATA_OK) {
-    fprintf(stderr, "strata plot: %s\n", err);
-    status = STRATA_EXIT_FAIL;
-    goto done;
-  }
-  char *title = NULL, *entropy = NULL;
-  par_metrics_read_attr(in, "name", &title, NULL, 0);
-  par_metrics_read_attr(in, "entropy_rate", &entropy, NULL, 0);
-  FILE *gp = popen("gnuplot", "w");
-  if (!gp) {
-    fprintf(stderr, "strata plot: cannot start gnuplot: %s\n", strerror(errno));
-    status = STRATA_EXIT_FAIL;
-    goto plotdone;
-  }
-  for (int k = 0; k < n; k++) {
-    rc = par_metrics_read(in, names[k], &y, &ny, err, sizeof err);
-    if (rc != STRATA_OK) {
-      fprintf(stderr, "strata plot: %s\n", err);
-      status = rc == STRATA_ENOTFOUND ? STRATA_EXIT_USAGE : STRATA_EXIT_FAIL;
-      break;
-    }
-    fprintf(gp, "$d%d << EOD\n", k);
-    for (size_t r = 0; r < ny; r++)
-      if (isfinite(y[r])) fprintf(gp, "%.17g %.17g\n", x && r < nx ? x[r] : (double)r, y[r]);
-    fprintf(gp, "EOD\n");
-    free(y);
-    y = NULL;
-  }
-  if (status == STRATA_EXIT_OK) {
-    fprintf(gp, "set terminal pngcairo size 960,600 enhanced font 'sans,11'\n");
-    fprintf(gp, "set output '%s'\n", out);
-    fprintf(gp, "set grid\nset key top right\nset xlabel '%s'\n", has_step ? "step" : "row");
-    if (title) fprintf(gp, "set title \"%s\" noenhanced\n", title);
-    fprintf(gp, "plot ");
-    for (int k = 0; k < n; k++)
-      fprintf(gp, "%s$d%d using 1:2 with lines lw 2 title '%s' noenhanced", k ? ", " : "", k,
-              names[k]);
-    if (entropy && atof(entropy) > 0)
-      fprintf(gp, ", %s with lines dt 2 lc rgb 'black' title 'entropy rate of the source'",
-              entropy);
-    fprintf(gp, "\n");
-  }
-  int prc = pclose(gp);
-  if (status == STRATA_EXIT_OK && prc != 0) {
-    fprintf(stderr, "strata plot: gnuplot failed (status %d) writing '%s'\n", prc, out);
-    status = STRATA_EXIT_FAIL;
-  } else if (status == STRATA_EXIT_OK && access(out, R_OK) != 0) {
-    fprintf(stderr, "strata plot: gnuplot did not write '%s'\n", out);
-    status = STRATA_EXIT_FAIL;
-  }
-plotdone:
-  free(title);
-  free(entropy);
-  free(x);
-done:
-  for (int k = 0; k < navail; k++) free(avail[k]);
-  free(avail);
+  char err[600] = "";
+  int status = lstrata_plot(in, names, n, out, err, sizeof err);
+  if (status != STRATA_EXIT_OK) fprintf(stderr, "strata plot: %s\n", err);
   return status;
 }
 

@@ -18,7 +18,6 @@ local sections = {
     vocab = {t = INT, min = 1, max = 1 << 24, also = "auto", default = "auto",
              doc = "vocabulary size; auto: the data's"},
     recompute = {t = BOOL, default = false, doc = "recompute block activations in backward"},
-    init_std = {t = NUM, gt = 0, max = 10, default = 0.02, doc = "std of the initial weights"},
   },
   data = {
     source = {t = ENUM, values = {"markov", "text", "uint16", "uint32", "llmc", "auto"},

@@ -22,6 +22,7 @@
 int luaopen_strata(lua_State *L);
 int luaopen_strata_parallel(lua_State *L); /* data, metrics, checkpoint */
 int luaopen_strata_core(lua_State *L);     /* floats buffers, MPI world, info */
+int luaopen_strata_train(lua_State *L);    /* the training loop (GPT, optim, comm) */
 
 /* Pushes `nil, msg, code` (liolib's convention for expected failures). */
 int lstrata_fail(lua_State *L, const char *msg, int code);
@@ -47,6 +48,12 @@ extern const lstrata_chunk_t lstrata_chunks[];
 
 /* `strata info` as text (versions, devices, threads) into a Lua string. */
 int lstrata_info(lua_State *L);
+
+/* Draws metrics `names` (n = 0: loss and val_loss) of the HDF5 file `in`
+ * against step into the PNG `out` with gnuplot. Returns an exit status
+ * (STRATA_EXIT_*); on failure err receives one line. */
+int lstrata_plot(const char *in, const char *const *names, int n, const char *out, char *err,
+                 size_t errlen);
 
 /* Threads for this process: cores / ranks on this node, or STRATA_THREADS. */
 int lstrata_threads(int *cores, int *local_ranks);

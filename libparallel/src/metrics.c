@@ -139,6 +139,90 @@ done:
   return rc;
 }
 
+static int open_existing(const char *path, unsigned flags, hid_t *f, char *msg, size_t ml) {
+  struct stat sb;
+  char h5[256];
+  if (stat(path, &sb) != 0) {
+    snprintf(msg, ml, "metrics '%s': %s", path, strerror(errno));
+    return STRATA_EIO;
+  }
+  if ((*f = open_file(path, flags)) < 0) {
+    snprintf(msg, ml, "metrics '%s': not a readable HDF5 file: %s", path,
+             h5_last_error(h5, sizeof h5));
+    return STRATA_ECORRUPT;
+  }
+  return STRATA_OK;
+}
+
+int par_metrics_open(const char *path, const char *const *names, int count, size_t keep,
+                     par_metrics_t **out, char *err, size_t errlen) {
+  struct stat sb;
+  char msg[512] = "", h5[256];
+  hid_t f = -1, ds = -1, fs = -1;
+  par_metrics_t *m = NULL;
+  int rc = STRATA_OK;
+  h5_quiet();
+  if (!out || !path || !names || count < 1) return STRATA_EINVAL;
+  *out = NULL;
+  if (stat(path, &sb) != 0) return par_metrics_create(path, names, count, out, err, errlen);
+  if ((rc = open_existing(path, H5F_ACC_RDWR, &f, msg, sizeof msg)) != STRATA_OK) goto done;
+  hsize_t rows = (hsize_t)keep;
+  for (int i = 0; i < count; i++) {
+    hsize_t n = 0;
+    if (!valid_name(names[i]) || H5Lexists(f, names[i], H5P_DEFAULT) <= 0) {
+      snprintf(msg, sizeof msg, "metrics '%s': no metric named '%s' to append to", path,
+               names[i] ? names[i] : "NULL");
+      rc = STRATA_ENOTFOUND;
+      goto done;
+    }
+    if ((ds = H5Dopen2(f, names[i], H5P_DEFAULT)) < 0 || (fs = H5Dget_space(ds)) < 0 ||
+        H5Sget_simple_extent_dims(fs, &n, NULL) != 1) {
+      snprintf(msg, sizeof msg, "metrics '%s': '%s' is not a 1-D metric: %s", path, names[i],
+               h5_last_error(h5, sizeof h5));
+      rc = STRATA_ECORRUPT;
+      goto done;
+    }
+    if (n < rows) rows = n;
+    H5Sclose(fs);
+    H5Dclose(ds);
+    fs = ds = -1;
+  }
+  for (int i = 0; i < count; i++) {
+    if ((ds = H5Dopen2(f, names[i], H5P_DEFAULT)) < 0 || H5Dset_extent(ds, &rows) < 0) {
+      snprintf(msg, sizeof msg, "metrics '%s': cannot cut '%s' to %llu rows: %s", path, names[i],
+               (unsigned long long)rows, h5_last_error(h5, sizeof h5));
+      rc = STRATA_EHDF5;
+      goto done;
+    }
+    H5Dclose(ds);
+    ds = -1;
+  }
+  if (!(m = calloc(1, sizeof *m)) || !(m->path = strdup(path)) ||
+      !(m->names = calloc((size_t)count, sizeof *m->names))) {
+    snprintf(msg, sizeof msg, "metrics: out of memory");
+    rc = STRATA_ENOMEM;
+    goto done;
+  }
+  for (int i = 0; i < count; i++) {
+    if (!(m->names[i] = strdup(names[i]))) {
+      snprintf(msg, sizeof msg, "metrics: out of memory");
+      rc = STRATA_ENOMEM;
+      goto done;
+    }
+    m->count = i + 1;
+  }
+  m->rows = rows;
+  *out = m;
+  m = NULL;
+done:
+  if (fs >= 0) H5Sclose(fs);
+  if (ds >= 0) H5Dclose(ds);
+  if (f >= 0) H5Fclose(f);
+  par_metrics_destroy(m);
+  if (rc != STRATA_OK && err && errlen) snprintf(err, errlen, "%s", msg);
+  return rc;
+}
+
 int par_metrics_append(par_metrics_t *m, const double *values, int rows) {
   int rc = STRATA_OK;
   char h5[256];
@@ -210,20 +294,6 @@ int par_metrics_set_attr(par_metrics_t *m, const char *name, const char *value) 
   return rc;
 }
 
-static int open_existing(const char *path, hid_t *f, char *msg, size_t ml) {
-  struct stat sb;
-  char h5[256];
-  if (stat(path, &sb) != 0) {
-    snprintf(msg, ml, "metrics '%s': %s", path, strerror(errno));
-    return STRATA_EIO;
-  }
-  if ((*f = open_file(path, H5F_ACC_RDONLY)) < 0) {
-    snprintf(msg, ml, "metrics '%s': not a readable HDF5 file: %s", path,
-             h5_last_error(h5, sizeof h5));
-    return STRATA_ECORRUPT;
-  }
-  return STRATA_OK;
-}
 
 int par_metrics_read(const char *path, const char *name, double **values, size_t *n, char *err,
                      size_t errlen) {
@@ -234,7 +304,7 @@ int par_metrics_read(const char *path, const char *name, double **values, size_t
   h5_quiet();
   if (!path || !name || !values || !n) return STRATA_EINVAL;
   *values = NULL, *n = 0;
-  if ((rc = open_existing(path, &f, msg, sizeof msg)) != STRATA_OK) goto done;
+  if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;
   if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
     snprintf(msg, sizeof msg, "metrics '%s': no metric named '%s'", path, name);
     rc = STRATA_ENOTFOUND;
@@ -278,7 +348,7 @@ int par_metrics_read_attr(const char *path, const char *name, char **value, char
   h5_quiet();
   if (!path || !name || !value) return STRATA_EINVAL;
   *value = NULL;
-  if ((rc = open_existing(path, &f, msg, sizeof msg)) != STRATA_OK) goto done;
+  if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;
   if (H5Aexists(f, name) <= 0) {
     snprintf(msg, sizeof msg, "metrics '%s': no attribute '%s'", path, name);
     rc = STRATA_ENOTFOUND;
@@ -322,7 +392,7 @@ int par_metrics_names(const char *path, char ***names, int *count, char *err, si
   h5_quiet();
   if (!path || !names || !count) return STRATA_EINVAL;
   *names = NULL, *count = 0;
-  if ((rc = open_existing(path, &f, msg, sizeof msg)) != STRATA_OK) goto done;
+  if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;
   if (H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, NULL, list_cb, &l) < 0) {
     snprintf(msg, sizeof msg, "metrics '%s': %s", path,
              l.oom ? "out of memory" : h5_last_error(h5, sizeof h5));

@@ -138,6 +138,12 @@ typedef struct par_metrics par_metrics_t;
  * read it while the run goes on, and a killed run leaves every row written. */
 STRATA_API int par_metrics_create(const char *path, const char *const *names, int count,
                                   par_metrics_t **out, char *err, size_t errlen);
+/* Opens an existing metrics file to append to it (a resumed run): the
+ * names must all exist as metrics; every metric is cut back to its first
+ * `keep` rows (rows after the checkpoint a run resumes from). A missing
+ * file is created as par_metrics_create does. */
+STRATA_API int par_metrics_open(const char *path, const char *const *names, int count, size_t keep,
+                                par_metrics_t **out, char *err, size_t errlen);
 STRATA_API void par_metrics_destroy(par_metrics_t *m);
 STRATA_API const char *par_metrics_error(const par_metrics_t *m);
 /* Appends rows: values is [rows][count] in the order of the names; NaN marks
