@@ -146,8 +146,10 @@ STRATA_API int optim_partials(optim *o, double *sums, size_t nsums, const optim_
                               float grad_scale);
 /* Phase two: applies the update from sums reduced over all shards of each
  * tensor (NULL allowed for SGD and AdamW), then counts the step. For LAMB
- * it must follow optim_partials on the same tensors (STRATA_ESTATE if not).
- * On CUDA it is asynchronous on the handle's stream. */
+ * it must follow optim_partials on the same tensors (STRATA_ESTATE if not),
+ * and its grad_scale is not used (phase one consumed the gradients; grad
+ * may then be NULL). On CUDA it is asynchronous on the handle's stream;
+ * optim_partials and optim_grad_sumsq synchronise it (they return sums). */
 STRATA_API int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums,
                            size_t nsums, float grad_scale);
 /* Both phases for whole tensors held by one process. */

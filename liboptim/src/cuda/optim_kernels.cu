@@ -204,11 +204,14 @@ extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job 
   int njm = 0, nb = 0;
   size_t launched = 0;
 
-  if ((e = cudaSetDevice(device)) != cudaSuccess) return cuda_fail(err, errlen, "cudaSetDevice", e);
+  int prev = -1; // the caller's current device, restored on return
+  if ((e = cudaGetDevice(&prev)) != cudaSuccess) return cuda_fail(err, errlen, "cudaGetDevice", e);
+  if (prev != device && (e = cudaSetDevice(device)) != cudaSuccess)
+    return cuda_fail(err, errlen, "cudaSetDevice", e);
   for (int i = 0; i < nj; i++)
     total_chunks += (jobs[i].n + CHUNK - 1) / CHUNK;
   if (sums) memset(sums, 0, 2 * (size_t)nj * sizeof *sums);
-  if (total_chunks == 0) return STRATA_OK;
+  if (total_chunks == 0) goto fail;
   if (want) {
     chunk_job = new (std::nothrow) int[total_chunks];
     hpart = new (std::nothrow) double[2 * total_chunks];
@@ -269,6 +272,7 @@ extern "C" int optim_cuda_run(int device, void *stream, int op, const optim_job 
   }
 fail:
   if (dpart) cudaFreeAsync(dpart, st);
+  if (prev != device) cudaSetDevice(prev);
   delete[] chunk_job;
   delete[] hpart;
   return rc;
