@@ -20,6 +20,8 @@ if nm -u "$lib" | grep -iE ' (MPI|ompi|H5|lua|cblas|criterion|tensor_|comm_|offl
   exit 1
 fi
 flags=(-std=gnu11 -O2 -Wall -Wextra -Werror -Iinclude -Iliboptim/include)
+# A sanitizer build's archive needs the sanitizer runtimes at link time.
+if [ -n "${SANITIZE:-}" ]; then flags+=(-fsanitize="$SANITIZE"); fi
 "$CC" "${flags[@]}" -o "$out/consumer_static" tests/optim/consumer.c "$lib" -fopenmp -lm "${extra[@]}"
 "$CC" "${flags[@]}" -o "$out/consumer_shared" tests/optim/consumer.c -L"$BUILD/lib" \
   -Wl,-rpath,"$PWD/$BUILD/lib" -lstrata_optim -fopenmp -lm
