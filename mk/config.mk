@@ -3,6 +3,8 @@ VERSION    := 0.1.0
 PREFIX     ?= /usr/local
 SANITIZE   ?=
 BUILD      ?= $(if $(SANITIZE),build-san,build)
+# Exported so that recipe lines and the test/bench drivers see the same folder.
+export BUILD
 CC         ?= gcc
 ARCH       ?= -march=x86-64-v3
 OPT        ?= -O3
