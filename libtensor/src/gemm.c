@@ -21,20 +21,22 @@ void tensor_sgemm(const tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, 
     sgemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-#pragma omp parallel num_threads(nt)
-  {
-    int t = omp_get_thread_num(), n = omp_get_num_threads();
-    if (N >= M) { /* columns of C: a block of op(B)'s columns */
-      int chunk = ((N + n - 1) / n + 15) / 16 * 16, n0 = t * chunk, n1 = n0 + chunk > N ? N : n0 + chunk;
-      if (n1 > n0)
-        sgemm1(ta, tb, M, n1 - n0, K, alpha, A, lda, tb ? B + (size_t)n0 * ldb : B + n0, ldb, beta,
-               C + n0, ldc);
-    } else { /* rows of C: a block of op(A)'s rows */
-      int chunk = ((M + n - 1) / n + 7) / 8 * 8, m0 = t * chunk, m1 = m0 + chunk > M ? M : m0 + chunk;
-      if (m1 > m0)
-        sgemm1(ta, tb, m1 - m0, N, K, alpha, ta ? A + m0 : A + (size_t)m0 * lda, lda, B, ldb, beta,
-               C + (size_t)m0 * ldc, ldc);
-    }
+  /* Blocks are handed out dynamically so that a thread slowed by a noisy
+   * neighbour does not hold the other at the barrier; blocks stay >= 512 wide
+   * because each one re-packs the whole other operand. */
+  int split_n = N >= M, dim = split_n ? N : M, nblk = nt;
+  if (dim >= 2 * 512 * nt) nblk = dim / 512 < 4 * nt ? dim / 512 : 4 * nt;
+  int align = split_n ? 16 : 8, chunk = ((dim + nblk - 1) / nblk + align - 1) / align * align;
+  nblk = (dim + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int blk = 0; blk < nblk; blk++) {
+    int d0 = blk * chunk, d1 = d0 + chunk > dim ? dim : d0 + chunk;
+    if (split_n) /* columns of C: a block of op(B)'s columns */
+      sgemm1(ta, tb, M, d1 - d0, K, alpha, A, lda, tb ? B + (size_t)d0 * ldb : B + d0, ldb, beta,
+             C + d0, ldc);
+    else /* rows of C: a block of op(A)'s rows */
+      sgemm1(ta, tb, d1 - d0, N, K, alpha, ta ? A + d0 : A + (size_t)d0 * lda, lda, B, ldb, beta,
+             C + (size_t)d0 * ldc, ldc);
   }
 }
 

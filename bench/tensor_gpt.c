@@ -1,0 +1,175 @@
+/* BENCH tensor.<shape>.<device>: one training step (zero_grad + forward +
+ * backward) of the serial GPT model, in model FLOP/s (6 N + 6 L h T per token
+ * times tokens over the median step time), against the GEMM peak measured in
+ * the same run: OpenBLAS sgemm 2048^3 on the same threads (CPU), or a cuBLAS
+ * bf16 GEMM 8192^3 with f32 accumulation (CUDA).
+ *
+ *   bench_tensor_gpt SHAPE [THREADS] [STEPS] [cuda]
+ *   SHAPE: gpt124m (L12 h768 12 heads T64 B4 V50304), gptbyte (L6 h384 6 heads
+ *          T256 B8 V256), gpt124m-1024 (T1024 B8, for the GPU). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cblas.h>
+#include <strata/parallel.h>
+#include <strata/tensor.h>
+
+void openblas_set_num_threads(int num_threads);
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds of this process (all threads), for a figure a busy machine distorts less. */
+static double cpu_time(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static double g_gemm_cpu; /* CPU seconds per sgemm in the baseline */
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_d);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* OpenBLAS's own threaded sgemm, 2048^3, median of 5 after a warm-up. */
+static double sgemm_peak(int threads) {
+  int n = 2048;
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+  if (!a || !b || !c) return 0;
+  for (long i = 0; i < (long)n * n; i++) a[i] = b[i] = (float)((i % 17) - 8) * 0.01f, c[i] = 0;
+  openblas_set_num_threads(threads);
+  double t[5];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
+  double c0 = cpu_time();
+  for (int r = 0; r < 5; r++) {
+    double t0 = now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
+    t[r] = now() - t0;
+  }
+  g_gemm_cpu = (cpu_time() - c0) / 5;
+  openblas_set_num_threads(1);
+  free(a), free(b), free(c);
+  return 2.0 * n * n * n / median(t, 5);
+}
+
+/* cuBLAS bf16 GEMM (f32 accumulation and output) through libtensor, 8192^3. */
+static double gpu_gemm_peak(int device) {
+  tensor_ctx_t *tc = NULL;
+  tensor_t a = {0}, b = {0}, c = {0};
+  double flops = 0;
+  int64_t n = 8192, s[2] = {n, n};
+  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
+  o.device = device;
+  if (tensor_ctx_create(&tc, &o) || tensor_alloc(tc, &a, TENSOR_BF16, device, 2, s) ||
+      tensor_alloc(tc, &b, TENSOR_BF16, device, 2, s) || tensor_alloc(tc, &c, TENSOR_F32, device, 2, s))
+    goto done;
+  tensor_fill(tc, &a, 0.01f), tensor_fill(tc, &b, 0.02f);
+  double t[5];
+  if (tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f) || tensor_synchronize(tc)) goto done;
+  for (int r = 0; r < 5; r++) {
+    double t0 = now();
+    for (int k = 0; k < 10; k++) tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f);
+    tensor_synchronize(tc);
+    t[r] = (now() - t0) / 10;
+  }
+  flops = 2.0 * n * n * n / median(t, 5);
+done:
+  if (tc && flops == 0) fprintf(stderr, "gpu gemm: %s\n", tensor_last_error(tc));
+  tensor_free(tc, &a), tensor_free(tc, &b), tensor_free(tc, &c);
+  tensor_ctx_destroy(tc);
+  return flops;
+}
+
+int main(int argc, char **argv) {
+  /* libtensor's OpenMP threads own the cores; idle ones must sleep rather
+   * than spin, or on a shared machine they take the cycles the working
+   * threads need (measured here: 3.5 s -> 2.5 s per gptbyte step at load 4).
+   * libgomp reads the policy once, before main, so set it and start again,
+   * as strata's runner does. */
+  if (!getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+  }
+  const char *shape = argc > 1 ? argv[1] : "gpt124m";
+  int threads = argc > 2 ? atoi(argv[2]) : 2, steps = argc > 3 ? atoi(argv[3]) : 0;
+  int cuda = argc > 4 && !strcmp(argv[4], "cuda");
+  par_gpt_config_t c = {.layers = 12, .hidden = 768, .heads = 12, .seq = 64, .vocab = 50304};
+  int B = 4, T = 64;
+  if (!strcmp(shape, "gptbyte")) {
+    c = (par_gpt_config_t){.layers = 6, .hidden = 384, .heads = 6, .seq = 256, .vocab = 256};
+    B = 8, T = 256;
+  } else if (!strcmp(shape, "gpt124m-1024")) {
+    c.seq = 1024, B = 8, T = 1024;
+  } else if (strcmp(shape, "gpt124m")) {
+    fprintf(stderr, "bench_tensor_gpt: unknown shape %s (gpt124m, gptbyte, gpt124m-1024)\n", shape);
+    return 2;
+  }
+  if (steps <= 0) steps = cuda ? 10 : 3;
+  par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
+  o.threads = threads;
+  if (cuda) o.device = 0, o.bf16_matmul = 1;
+  par_gpt_t *m = NULL;
+  if (par_gpt_create_ex(&m, &c, &o, 1234)) {
+    fprintf(stderr, "bench_tensor_gpt: %s\n", par_gpt_create_error());
+    return 1;
+  }
+  int32_t *tok = malloc(sizeof(int32_t) * B * T), *tgt = malloc(sizeof(int32_t) * B * T);
+  uint32_t s = 7;
+  for (int i = 0; i < B * T; i++) {
+    s = s * 1664525u + 1013904223u;
+    tok[i] = (int32_t)((s >> 8) % (uint32_t)c.vocab);
+    tgt[i] = (int32_t)((s >> 3) % (uint32_t)c.vocab);
+  }
+  double *t = malloc(sizeof(double) * (steps + 1));
+  float loss = 0;
+  int rc = 0;
+  double cpu0 = 0;
+  for (int k = 0; k <= steps && !rc; k++) { /* step 0 warms up (allocations, page faults) */
+    double t0 = now();
+    if (k == 1) cpu0 = cpu_time();
+    rc = par_gpt_zero_grad(m);
+    if (!rc) rc = par_gpt_forward(m, tok, tgt, B, T, &loss);
+    if (!rc) rc = par_gpt_backward(m);
+    par_gpt_grads(m, NULL);
+    if (cuda) {
+      /* the loss read in forward synchronises; backward needs an explicit wait */
+      size_t cur;
+      par_gpt_memory(m, &cur, NULL);
+    }
+    t[k] = now() - t0;
+  }
+  if (rc) {
+    fprintf(stderr, "bench_tensor_gpt: %s\n", par_gpt_last_error(m));
+    return 1;
+  }
+  double step_cpu = (cpu_time() - cpu0) / steps;
+  double tmed = median(t + 1, steps), flops = par_gpt_flops_per_token(&c, T) * B * T / tmed;
+  double tmin = t[1], tmax = t[1];
+  for (int k = 1; k <= steps; k++) tmin = t[k] < tmin ? t[k] : tmin, tmax = t[k] > tmax ? t[k] : tmax;
+  par_gpt_destroy(m);
+  double base = cuda ? gpu_gemm_peak(0) : sgemm_peak(threads);
+  fprintf(stderr, "# %s: step median %.3f s (min %.3f, max %.3f over %d), loss %.3f, %.1f GFLOP/s; "
+          "GEMM peak %.1f GFLOP/s\n", shape, tmed, tmin, tmax, steps, loss, flops / 1e9, base / 1e9);
+  if (!cuda) /* FLOP per CPU-second, model over sgemm: what the process did with the cycles it got */
+    fprintf(stderr, "# %s: CPU-time ratio %.3f (step %.3f CPU-s, sgemm %.3f CPU-s)\n", shape,
+            par_gpt_flops_per_token(&c, T) * B * T / step_cpu / (2.0 * 2048 * 2048 * 2048 / g_gemm_cpu),
+            step_cpu, g_gemm_cpu);
+  printf("BENCH tensor.%s.%s value=%.4g unit=FLOP/s baseline=%.4g ratio=%.3f\n",
+         strcmp(shape, "gpt124m-1024") ? shape : "gpt124m", cuda ? "cuda" : "cpu", flops, base,
+         base > 0 ? flops / base : 0);
+  free(tok), free(tgt), free(t);
+  return 0;
+}
