@@ -28,17 +28,32 @@
 #define INTS_MT "strata.ints"
 
 lstrata_buf_t *lstrata_newbuf(lua_State *L, size_t n, int is_int) {
-  lstrata_buf_t *b = lua_newuserdatauv(L, sizeof *b, 0);
-  b->n = 0, b->is_int = is_int, b->p = NULL;
+  lstrata_buf_t *b = lua_newuserdatauv(L, sizeof *b, 1);
+  b->n = 0, b->is_int = is_int, b->p = NULL, b->alive = NULL;
   luaL_setmetatable(L, is_int ? INTS_MT : FLOATS_MT);
   if (n && !(b->p = calloc(n, 4))) luaL_error(L, "out of memory for %d elements", (int)n);
   b->n = n;
   return b;
 }
 
+lstrata_buf_t *lstrata_newview(lua_State *L, float *p, size_t n, int owner_idx, void **alive) {
+  owner_idx = lua_absindex(L, owner_idx);
+  lstrata_buf_t *b = lua_newuserdatauv(L, sizeof *b, 1);
+  b->n = n, b->is_int = 0, b->p = p, b->alive = alive;
+  luaL_setmetatable(L, FLOATS_MT);
+  lua_pushvalue(L, owner_idx);
+  lua_setiuservalue(L, -2, 1);
+  return b;
+}
+
+static void checkalive(lua_State *L, lstrata_buf_t *b, int idx) {
+  if (b->alive && !*b->alive) luaL_argerror(L, idx, "view of a closed handle");
+}
+
 lstrata_buf_t *lstrata_checkbuf(lua_State *L, int idx, int want_int) {
   lstrata_buf_t *b = luaL_checkudata(L, idx, want_int ? INTS_MT : FLOATS_MT);
   if (!b->p && b->n) luaL_argerror(L, idx, "closed buffer");
+  checkalive(L, b, idx);
   return b;
 }
 
@@ -46,6 +61,7 @@ static lstrata_buf_t *anybuf(lua_State *L, int idx) {
   lstrata_buf_t *b = luaL_testudata(L, idx, FLOATS_MT);
   if (!b) b = luaL_testudata(L, idx, INTS_MT);
   if (!b) luaL_typeerror(L, idx, "strata.floats or strata.ints");
+  checkalive(L, b, idx);
   return b;
 }
 
@@ -99,9 +115,10 @@ static int buf_len(lua_State *L) {
   return 1;
 }
 static int buf_close(lua_State *L) {
-  lstrata_buf_t *b = anybuf(L, 1);
-  free(b->p);
-  b->p = NULL, b->n = 0;
+  lstrata_buf_t *b = luaL_testudata(L, 1, FLOATS_MT);
+  if (!b) b = luaL_checkudata(L, 1, INTS_MT);
+  if (!b->alive) free(b->p); /* a view owns nothing */
+  b->p = NULL, b->n = 0, b->alive = NULL;
   return 0;
 }
 /* b:totable([first, last]) -> a Lua list of the values */
@@ -352,6 +369,8 @@ int luaopen_strata(lua_State *L) {
   luaL_requiref(L, "strata.parallel", luaopen_strata_parallel, 0);
   merge(L, m);
   luaL_requiref(L, "strata.train", luaopen_strata_train, 0);
+  merge(L, m);
+  luaL_requiref(L, "strata.model", luaopen_strata_model, 0);
   merge(L, m);
   for (const lstrata_chunk_t *c = lstrata_chunks; c->name; c++) {
     char chunkname[64];

@@ -31,14 +31,22 @@ int lstrata_fail(lua_State *L, const char *msg, int code);
  * finalised when the Lua state closes. Returns MPI_COMM_WORLD. */
 MPI_Comm lstrata_world(lua_State *L);
 
-/* A flat fp32 or int32 buffer (userdata "strata.floats" / "strata.ints"). */
+/* A flat fp32 or int32 buffer (userdata "strata.floats" / "strata.ints"),
+ * either owning its memory or a view into memory another handle owns (a
+ * model's parameters): a view keeps its owner alive (user value 1) and
+ * checks *alive, the owner's handle pointer, before each use, so a view of
+ * a closed model raises instead of touching freed memory. */
 typedef struct {
   size_t n;
   int is_int;
-  void *p; /* float* or int32_t* ; NULL once closed */
+  void *p;      /* float* or int32_t*; NULL once closed */
+  void **alive; /* views: the owner's handle field (NULL when the owner closed); else NULL */
 } lstrata_buf_t;
 lstrata_buf_t *lstrata_checkbuf(lua_State *L, int idx, int want_int);
 lstrata_buf_t *lstrata_newbuf(lua_State *L, size_t n, int is_int);
+/* Pushes a float view of n elements at p owned by the userdata at owner_idx. */
+lstrata_buf_t *lstrata_newview(lua_State *L, float *p, size_t n, int owner_idx, void **alive);
+int luaopen_strata_model(lua_State *L); /* strata.gpt, strata.optimizer */
 
 /* The embedded Lua sources (generated from the .lua files of lua/ by lua/embed.sh). */
 typedef struct {

@@ -147,6 +147,38 @@ do
   check(none == nil and code == -12 and msg:find("trunc.h5", 1, true), "truncated: %s", tostring(msg))
 end
 
+-- ------------------------------------------------------ model, optimizer
+do
+  local none, msg, code = strata.gpt{layers = 1, hidden = 30, heads = 4, seq = 8, vocab = 16}
+  check(none == nil and code == -1 and msg:find("hidden 30 is not divisible by heads 4", 1, true),
+        "bad model: %s", tostring(msg))
+  local m = assert(strata.gpt{layers = 1, hidden = 16, heads = 2, seq = 8, vocab = 32, seed = 5})
+  local views = m:views()
+  check(views[1].name == "wte" and views[1].shape[1] == 32 and views[1].shape[2] == 16, "wte view")
+  local p, g = m:params(), m:grads()
+  local last = views[#views]
+  check(#p == last.offset + last.numel and #g == #p, "flat arrays cover the views")
+  local x, y = strata.ints(2 * 8), strata.ints(2 * 8)
+  for i = 1, 16 do x[i] = (i * 7) % 32 y[i] = (i * 7 + 1) % 32 end
+  local loss = assert(m:forward(x, y, 2, 8))
+  -- at initialisation the logits are near zero: loss near ln(vocab)
+  check(math.abs(loss - math.log(32)) < 0.1, "initial loss %g vs ln 32", loss)
+  assert(m:backward())
+  local o = assert(strata.optimizer{model = m, name = "sgd", lr = 0.5})
+  local before = p[1]
+  local scale, norm = o:clip(0)
+  check(scale == 1 and norm > 0, "clip without a limit: scale %g norm %g", scale, norm)
+  assert(o:step(scale))
+  check(math.abs(p[1] - (before - 0.5 * g[1])) < 1e-6, "sgd step on the view: %g", p[1])
+  check(o:step_count() == 1, "step count")
+  local after = assert(m:forward(x, y, 2, 8))
+  check(after < loss, "one sgd step lowers the loss: %g -> %g", loss, after)
+  raises("(B*T exceeds the inputs)", m.forward, m, x, y, 4, 8)
+  m:close()
+  raises("view of a closed handle", function() return p[1] end)
+  raises("closed model", o.step, o)
+end
+
 strata.barrier()
 if rank == 0 then os.execute("rm -rf " .. dir) end
 print(string.format("test_bindings: rank %d of %d, %d checks passed", rank, size, checks))

@@ -1,0 +1,371 @@
+/* Lower-level bindings for recipes that write their own training loop:
+ * strata.gpt{...} (userdata "strata.gpt": forward, backward, parameters and
+ * gradients as float views) and strata.optimizer{...} (userdata
+ * "strata.optimizer" over a model's views: clipping, schedule, step).
+ * Collectives are strata.allreduce; checkpoints strata.checkpoint. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <strata/optim.h>
+#include <strata/parallel.h>
+
+#include "strata_lua.h"
+
+#define GPT_MT "strata.gpt"
+#define OPT_MT "strata.optimizer"
+
+typedef struct {
+  par_gpt_t *model; /* NULL when closed */
+} lgpt_t;
+
+static int gpt_close(lua_State *L) {
+  lgpt_t *u = luaL_checkudata(L, 1, GPT_MT);
+  par_gpt_destroy(u->model);
+  u->model = NULL;
+  return 0;
+}
+
+static lgpt_t *togpt(lua_State *L, int idx) {
+  lgpt_t *u = luaL_checkudata(L, idx, GPT_MT);
+  if (!u->model) luaL_argerror(L, idx, "closed model");
+  return u;
+}
+
+static int field_int(lua_State *L, int t, const char *k, int def) {
+  int v = def;
+  if (lua_getfield(L, t, k) != LUA_TNIL) {
+    int ok;
+    lua_Integer x = lua_tointegerx(L, -1, &ok);
+    if (!ok || x < 0 || x > (1 << 30)) luaL_error(L, "'%s' must be a non-negative integer", k);
+    v = (int)x;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+static double field_num(lua_State *L, int t, const char *k, double def) {
+  double v = def;
+  if (lua_getfield(L, t, k) != LUA_TNIL) {
+    int ok;
+    v = lua_tonumberx(L, -1, &ok);
+    if (!ok) luaL_error(L, "'%s' must be a number", k);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* strata.gpt{layers=, hidden=, heads=, seq=, vocab=, recompute=, seed=}
+ * -> model | nil, message, code */
+static int gpt_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lgpt_t *u = lua_newuserdatauv(L, sizeof *u, 0);
+  u->model = NULL;
+  luaL_setmetatable(L, GPT_MT);
+  par_gpt_config_t c = PAR_GPT_CONFIG_DEFAULTS;
+  c.layers = field_int(L, 1, "layers", c.layers);
+  c.hidden = field_int(L, 1, "hidden", c.hidden);
+  c.heads = field_int(L, 1, "heads", c.heads);
+  c.seq = field_int(L, 1, "seq", c.seq);
+  c.vocab = field_int(L, 1, "vocab", c.vocab);
+  lua_getfield(L, 1, "recompute");
+  c.recompute = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  uint64_t seed = (uint64_t)field_int(L, 1, "seed", 1);
+  par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
+  o.threads = lstrata_threads(NULL, NULL);
+  int rc = par_gpt_create_ex(&u->model, &c, &o, seed);
+  if (rc != STRATA_OK) return lstrata_fail(L, par_gpt_create_error(), rc);
+  return 1;
+}
+
+/* m:forward(inputs, targets, B, T) -> loss | nil, message, code.
+ * inputs/targets: strata.ints of B*T (targets may be nil: logits only). */
+static int gpt_forward(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  lstrata_buf_t *in = lstrata_checkbuf(L, 2, 1);
+  lstrata_buf_t *tg = lua_isnil(L, 3) ? NULL : lstrata_checkbuf(L, 3, 1);
+  lua_Integer B = luaL_checkinteger(L, 4), T = luaL_checkinteger(L, 5);
+  luaL_argcheck(L, B >= 1 && T >= 1 && B * T <= (lua_Integer)in->n, 4, "B*T exceeds the inputs");
+  luaL_argcheck(L, !tg || B * T <= (lua_Integer)tg->n, 3, "B*T exceeds the targets");
+  float loss = NAN;
+  int rc = par_gpt_forward(u->model, in->p, tg ? tg->p : NULL, (int)B, (int)T, &loss);
+  if (rc != STRATA_OK) return lstrata_fail(L, par_gpt_last_error(u->model), rc);
+  lua_pushnumber(L, loss);
+  return 1;
+}
+
+static int gpt_backward(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  int rc = par_gpt_backward(u->model);
+  if (rc != STRATA_OK) return lstrata_fail(L, par_gpt_last_error(u->model), rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int gpt_zero_grad(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  int rc = par_gpt_zero_grad(u->model);
+  if (rc != STRATA_OK) return lstrata_fail(L, par_gpt_last_error(u->model), rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* m:params() / m:grads() -> strata.floats views (valid while m is open) */
+static int gpt_params(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  size_t n = 0;
+  float *p = par_gpt_params(u->model, &n);
+  lstrata_newview(L, p, n, 1, (void **)&u->model);
+  return 1;
+}
+static int gpt_grads(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  size_t n = 0;
+  float *p = par_gpt_grads(u->model, &n);
+  lstrata_newview(L, p, n, 1, (void **)&u->model);
+  return 1;
+}
+
+/* m:views() -> {{name=, offset=, numel=, shape={...}, decay=}, ...}; offsets 0-based */
+static int gpt_views(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  int n = par_gpt_num_views(u->model);
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    const par_gpt_view_t *v = par_gpt_view(u->model, i);
+    lua_createtable(L, 0, 5);
+    lua_pushstring(L, v->name);
+    lua_setfield(L, -2, "name");
+    lua_pushinteger(L, (lua_Integer)v->offset);
+    lua_setfield(L, -2, "offset");
+    lua_pushinteger(L, (lua_Integer)v->numel);
+    lua_setfield(L, -2, "numel");
+    lua_createtable(L, v->ndim, 0);
+    for (int d = 0; d < v->ndim; d++) {
+      lua_pushinteger(L, v->shape[d]);
+      lua_seti(L, -2, d + 1);
+    }
+    lua_setfield(L, -2, "shape");
+    lua_pushboolean(L, v->decay);
+    lua_setfield(L, -2, "decay");
+    lua_seti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+static int gpt_config(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  const par_gpt_config_t *c = par_gpt_config(u->model);
+  lua_pushfstring(L, "layers=%d hidden=%d heads=%d seq=%d vocab=%d", c->layers, c->hidden,
+                  c->heads, c->seq, c->vocab);
+  return 1;
+}
+
+/* m:memory() -> current bytes, peak bytes */
+static int gpt_memory(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  size_t cur = 0, peak = 0;
+  par_gpt_memory(u->model, &cur, &peak);
+  lua_pushinteger(L, (lua_Integer)cur);
+  lua_pushinteger(L, (lua_Integer)peak);
+  return 2;
+}
+
+static int gpt_tostring(lua_State *L) {
+  lgpt_t *u = luaL_checkudata(L, 1, GPT_MT);
+  if (!u->model) lua_pushliteral(L, "strata.gpt (closed)");
+  else lua_pushfstring(L, "strata.gpt (%I parameters)", (lua_Integer)par_gpt_param_count(par_gpt_config(u->model)));
+  return 1;
+}
+
+/* ------------------------------------------------------------ optimizer */
+
+typedef struct {
+  optim *o;           /* NULL when closed */
+  optim_tensor *t;    /* one per model view */
+  int nt;
+  float *m, *v;       /* state, owned */
+  double *sq;
+  size_t n;
+} lopt_t;
+
+static int opt_close(lua_State *L) {
+  lopt_t *u = luaL_checkudata(L, 1, OPT_MT);
+  optim_destroy(u->o);
+  free(u->t);
+  free(u->m);
+  free(u->v);
+  free(u->sq);
+  u->o = NULL, u->t = NULL, u->m = u->v = NULL, u->sq = NULL, u->nt = 0;
+  return 0;
+}
+
+static lopt_t *toopt(lua_State *L) {
+  lopt_t *u = luaL_checkudata(L, 1, OPT_MT);
+  if (!u->o) luaL_argerror(L, 1, "closed optimizer");
+  lua_getiuservalue(L, 1, 1); /* the model must still be open */
+  togpt(L, -1);
+  lua_pop(L, 1);
+  return u;
+}
+
+/* strata.optimizer{model=, name="adamw"|"sgd"|"momentum"|"nesterov"|"lamb"|"lars",
+ *   lr=, weight_decay=, beta1=, beta2=, eps=, momentum=, warmup=, steps=,
+ *   schedule="constant"|"cosine"|"linear", min_lr=}
+ * Weight decay applies to matrices and embeddings only (the model's views). */
+static int opt_new(lua_State *L) {
+  static const char *const names[] = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars", NULL};
+  static const int kinds[] = {OPTIM_ADAMW, OPTIM_SGD, OPTIM_SGD, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS};
+  static const char *const scheds[] = {"constant", "cosine", "linear", NULL};
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "model");
+  lgpt_t *g = togpt(L, -1);
+  int model_idx = lua_gettop(L);
+  lua_getfield(L, 1, "name");
+  int which = luaL_checkoption(L, -1, "adamw", names);
+  lua_getfield(L, 1, "schedule");
+  int sched = luaL_checkoption(L, -1, "constant", scheds);
+  lua_pop(L, 2);
+  lopt_t *u = lua_newuserdatauv(L, sizeof *u, 1);
+  memset(u, 0, sizeof *u);
+  luaL_setmetatable(L, OPT_MT);
+  lua_pushvalue(L, model_idx);
+  lua_setiuservalue(L, -2, 1);
+  int kind = kinds[which];
+  optim_config oc = OPTIM_CONFIG_DEFAULTS;
+  oc.kind = kind;
+  oc.threads = lstrata_threads(NULL, NULL);
+  char err[512] = "";
+  int rc = optim_create(&u->o, &oc, err, sizeof err);
+  if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+  optim_group hp = optim_group_defaults(kind);
+  hp.lr = (float)field_num(L, 1, "lr", hp.lr);
+  hp.weight_decay = (float)field_num(L, 1, "weight_decay", hp.weight_decay);
+  hp.beta1 = (float)field_num(L, 1, "beta1", hp.beta1);
+  hp.beta2 = (float)field_num(L, 1, "beta2", hp.beta2);
+  hp.eps = (float)field_num(L, 1, "eps", hp.eps);
+  hp.momentum = which == 1 ? 0.0f : (float)field_num(L, 1, "momentum", which == 0 || which == 4 ? 0 : 0.9);
+  hp.nesterov = which == 3;
+  int d0, d1;
+  if ((rc = optim_add_group(u->o, &hp, &d0)) != STRATA_OK)
+    return lstrata_fail(L, optim_last_error(u->o), rc);
+  optim_group nd = hp;
+  nd.weight_decay = 0, nd.adapt = 0;
+  if ((rc = optim_add_group(u->o, &nd, &d1)) != STRATA_OK)
+    return lstrata_fail(L, optim_last_error(u->o), rc);
+  optim_schedule s = OPTIM_SCHEDULE_DEFAULTS;
+  s.kind = sched == 1 ? OPTIM_SCHED_COSINE : sched == 2 ? OPTIM_SCHED_POLY : OPTIM_SCHED_CONSTANT;
+  s.warmup = field_int(L, 1, "warmup", 0);
+  s.total = field_int(L, 1, "steps", 0);
+  s.end = hp.lr > 0 ? field_num(L, 1, "min_lr", 0) / hp.lr : 0;
+  if ((rc = optim_set_schedule(u->o, &s)) != STRATA_OK)
+    return lstrata_fail(L, optim_last_error(u->o), rc);
+  float *params = par_gpt_params(g->model, &u->n);
+  const float *grads = par_gpt_grads(g->model, NULL);
+  int need_m = !(kind == OPTIM_SGD && hp.momentum == 0), need_v = kind == OPTIM_ADAMW || kind == OPTIM_LAMB;
+  u->nt = par_gpt_num_views(g->model);
+  if ((need_m && !(u->m = calloc(u->n, sizeof *u->m))) || (need_v && !(u->v = calloc(u->n, sizeof *u->v))) ||
+      !(u->t = calloc((size_t)u->nt, sizeof *u->t)) || !(u->sq = calloc((size_t)u->nt, sizeof *u->sq)))
+    return luaL_error(L, "out of memory for the optimizer state");
+  for (int i = 0; i < u->nt; i++) {
+    const par_gpt_view_t *v = par_gpt_view(g->model, i);
+    u->t[i] = (optim_tensor){.param = params + v->offset, .grad = grads + v->offset,
+                             .m = u->m ? u->m + v->offset : NULL, .v = u->v ? u->v + v->offset : NULL,
+                             .group = v->decay ? d0 : d1, .n = v->numel};
+  }
+  return 1;
+}
+
+/* o:clip(max_norm) -> grad_scale, norm: the factor that clips the global
+ * gradient norm to max_norm (0: no clipping), for o:step(scale). */
+static int opt_clip(lua_State *L) {
+  lopt_t *u = toopt(L);
+  float max_norm = (float)luaL_optnumber(L, 2, 0);
+  int rc = optim_grad_sumsq(u->o, u->sq, u->t, u->nt);
+  if (rc != STRATA_OK) return lstrata_fail(L, optim_last_error(u->o), rc);
+  double total = 0, norm = 0;
+  for (int i = 0; i < u->nt; i++) total += u->sq[i];
+  float scale = 1;
+  optim_grad_scale(total, 1.0f, max_norm, &scale, &norm);
+  lua_pushnumber(L, scale);
+  lua_pushnumber(L, norm);
+  return 2;
+}
+
+/* o:step([grad_scale]) -> true | nil, message, code */
+static int opt_step(lua_State *L) {
+  lopt_t *u = toopt(L);
+  float scale = (float)luaL_optnumber(L, 2, 1.0);
+  int rc = optim_step(u->o, u->t, u->nt, scale);
+  if (rc != STRATA_OK) return lstrata_fail(L, optim_last_error(u->o), rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int opt_lr(lua_State *L) {
+  lopt_t *u = toopt(L);
+  float lr = 0;
+  optim_current_lr(u->o, 0, &lr);
+  lua_pushnumber(L, lr);
+  return 1;
+}
+
+/* o:step_count() / o:set_step_count(n): updates applied (for resumes) */
+static int opt_get_step(lua_State *L) {
+  lua_pushinteger(L, optim_get_step(toopt(L)->o));
+  return 1;
+}
+static int opt_set_step(lua_State *L) {
+  lopt_t *u = toopt(L);
+  lua_Integer s = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, s >= 0, 2, "must be >= 0");
+  optim_set_step(u->o, (long)s);
+  return 0;
+}
+
+/* o:state() -> m, v (float views, nil when the optimizer keeps none) */
+static int opt_state(lua_State *L) {
+  lopt_t *u = toopt(L);
+  if (u->m) lstrata_newview(L, u->m, u->n, 1, (void **)&u->o);
+  else lua_pushnil(L);
+  if (u->v) lstrata_newview(L, u->v, u->n, 1, (void **)&u->o);
+  else lua_pushnil(L);
+  return 2;
+}
+
+static int opt_tostring(lua_State *L) {
+  lopt_t *u = luaL_checkudata(L, 1, OPT_MT);
+  lua_pushstring(L, u->o ? "strata.optimizer" : "strata.optimizer (closed)");
+  return 1;
+}
+
+static void newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
+                     lua_CFunction tostring) {
+  luaL_newmetatable(L, name);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+}
+
+int luaopen_strata_model(lua_State *L) {
+  static const luaL_Reg gm[] = {{"forward", gpt_forward}, {"backward", gpt_backward},
+                                {"zero_grad", gpt_zero_grad}, {"params", gpt_params},
+                                {"grads", gpt_grads}, {"views", gpt_views},
+                                {"config", gpt_config}, {"memory", gpt_memory},
+                                {"close", gpt_close}, {NULL, NULL}};
+  static const luaL_Reg om[] = {{"clip", opt_clip}, {"step", opt_step}, {"lr", opt_lr},
+                                {"step_count", opt_get_step}, {"set_step_count", opt_set_step},
+                                {"state", opt_state}, {"close", opt_close}, {NULL, NULL}};
+  newclass(L, GPT_MT, gm, gpt_close, gpt_tostring);
+  newclass(L, OPT_MT, om, opt_close, opt_tostring);
+  static const luaL_Reg f[] = {{"gpt", gpt_new}, {"optimizer", opt_new}, {NULL, NULL}};
+  luaL_newlib(L, f);
+  return 1;
+}
