@@ -143,12 +143,7 @@ int main(int argc, char **argv) {
     rc = par_gpt_zero_grad(m);
     if (!rc) rc = par_gpt_forward(m, tok, tgt, B, T, &loss);
     if (!rc) rc = par_gpt_backward(m);
-    par_gpt_grads(m, NULL);
-    if (cuda) {
-      /* the loss read in forward synchronises; backward needs an explicit wait */
-      size_t cur;
-      par_gpt_memory(m, &cur, NULL);
-    }
+    if (!rc) rc = par_gpt_synchronize(m); /* device work is asynchronous */
     t[k] = now() - t0;
   }
   if (rc) {

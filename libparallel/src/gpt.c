@@ -307,3 +307,9 @@ int par_gpt_zero_grad(par_gpt_t *m) {
   int rc = tensor_zero(m->tc, &m->grads);
   return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
 }
+
+int par_gpt_synchronize(par_gpt_t *m) {
+  if (!m) return STRATA_EINVAL;
+  int rc = tensor_synchronize(m->tc);
+  return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
+}

@@ -80,6 +80,8 @@ STRATA_API int par_gpt_forward(par_gpt_t *model, const int32_t *tokens, const in
 /* Backward of the last forward with targets: ACCUMULATES d(mean loss)/d(params)
  * into the flat gradients. STRATA_ESTATE without such a forward. */
 STRATA_API int par_gpt_backward(par_gpt_t *model);
+/* Waits until the model's queued device work is done (no-op on the CPU). */
+STRATA_API int par_gpt_synchronize(par_gpt_t *model);
 /* Sets all gradients to zero. */
 STRATA_API int par_gpt_zero_grad(par_gpt_t *model);
 
