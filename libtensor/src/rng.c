@@ -2,6 +2,7 @@
  * "Parallel random numbers: as easy as 1, 2, 3", SC'11, section 3.2 and its
  * table of round constants). Every element draws from its own counter
  * (global index, stream), so any shard reproduces the whole tensor's values. */
+#define _GNU_SOURCE /* sincosf */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,14 +59,46 @@ static inline float u24(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.
 
 enum { DIST_NORMAL, DIST_UNIFORM };
 
-static inline float draw(const uint32_t key[2], uint64_t gi, int dist, float a, float b) {
+/* Normals come in Box-Muller pairs (Box & Muller 1958): elements 2k and
+ * 2k+1 share the counter k and take the cosine and the sine, so each value
+ * still depends on its global index only. Float math: 24-bit uniforms carry
+ * all the precision a float normal needs; u1 in (0,1] keeps the log finite. */
+static inline void normal_pair(const uint32_t key[2], uint64_t k, float *z0, float *z1) {
   uint32_t r[4];
-  tensor_philox_elem(r, key, gi, 0);
-  if (dist == DIST_UNIFORM) return a + (b - a) * u24(r[0]);
-  /* Box-Muller (Box & Muller 1958): u1 in (0,1] keeps the log finite. */
-  double u1 = ((double)(r[0] >> 8) + 1.0) / 16777216.0, u2 = (double)(r[1] >> 8) / 16777216.0;
-  double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-  return (float)(a + b * z);
+  tensor_philox_elem(r, key, k, 0);
+  float u1 = ((float)(r[0] >> 8) + 1.f) * (1.f / 16777216.f), u2 = u24(r[1]);
+  float rad = sqrtf(-2.f * logf(u1)), s, c;
+  sincosf(6.2831853071795865f * u2, &s, &c);
+  *z0 = rad * c;
+  *z1 = rad * s;
+}
+
+/* Fills out[0..n) with the values of global indices gi .. gi+n-1. */
+static void draw_run(float *out, const uint32_t key[2], uint64_t gi, int64_t n, int dist, float a,
+                     float b) {
+  if (dist == DIST_UNIFORM) {
+    for (int64_t j = 0; j < n; j++) {
+      uint32_t r[4];
+      tensor_philox_elem(r, key, gi + j, 0);
+      out[j] = a + (b - a) * u24(r[0]);
+    }
+    return;
+  }
+  int64_t j = 0;
+  float z0, z1;
+  if (gi & 1) { /* odd start: the sine half of a pair */
+    normal_pair(key, gi >> 1, &z0, &z1);
+    out[j++] = a + b * z1;
+  }
+  for (; j + 1 < n; j += 2) {
+    normal_pair(key, (gi + j) >> 1, &z0, &z1);
+    out[j] = a + b * z0;
+    out[j + 1] = a + b * z1;
+  }
+  if (j < n) {
+    normal_pair(key, (gi + j) >> 1, &z0, &z1);
+    out[j] = a + b * z0;
+  }
 }
 
 static int fill_rng(tensor_ctx_t *ctx, const char *fn, tensor_t *t, uint64_t seed, const char *name,
@@ -110,7 +143,7 @@ static int fill_rng(tensor_ctx_t *ctx, const char *fn, tensor_t *t, uint64_t see
       gi += (idx[k] + s.start[k]) * gstride;
       gstride *= s.shape[k];
     }
-    for (int64_t j = 0; j < inner; j++) out[r * inner + j] = draw(key, (uint64_t)(gi + j), dist, a, b);
+    draw_run(out + r * inner, key, (uint64_t)gi, inner, dist, a, b);
   }
   if (host) {
 #if defined(STRATA_CUDA)
