@@ -12,6 +12,11 @@
 #include "simd.h"
 #include "tensor_internal.h"
 
+/* Query rows per causal block: each block multiplies only against the keys
+ * it can see, about (1 + 1/nblocks)/2 of the full T x T work; 64 keeps the
+ * GEMMs large enough for OpenBLAS to run near peak. */
+#define TB 64
+
 static int check_attn(tensor_ctx_t *ctx, const char *fn, const tensor_t *qkv, const tensor_t *out,
                       const tensor_t *lse, int heads, int *B, int *T, int *C) {
   int rc = STRATA_OK;
@@ -86,16 +91,22 @@ int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, co
       if (!S) continue;
       int b = bh / heads, h = bh % heads;
       const float *q = x + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.f, S, T);
-      for (int i = 0; i < T; i++) {
-        float *s = S + (size_t)i * T, m = -INFINITY;
-        for (int j = 0; j <= i; j++) m = s[j] > m ? s[j] : m;
-        float sum = causal_exp_row(s, i, T, m), inv = 1.f / sum;
-        for (int j = 0; j <= i; j++) s[j] *= inv;
-        L[(size_t)bh * T + i] = m + logf(sum);
+      /* Causal blocking: query rows [r0, r1) only see keys [0, r1). */
+      for (int r0 = 0; r0 < T; r0 += TB) {
+        int r1 = r0 + TB < T ? r0 + TB : T, nr = r1 - r0;
+        float *Sb = S + (size_t)r0 * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, scale, q + (size_t)r0 * C3, C3, k,
+                    C3, 0.f, Sb, T);
+        for (int i = r0; i < r1; i++) {
+          float *s = S + (size_t)i * T, m = -INFINITY;
+          for (int j = 0; j <= i; j++) m = s[j] > m ? s[j] : m;
+          float sum = causal_exp_row(s, i, r1, m), inv = 1.f / sum;
+          for (int j = 0; j <= i; j++) s[j] *= inv;
+          L[(size_t)bh * T + i] = m + logf(sum);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, 1.f, Sb, T, v, C3, 0.f,
+                    y + ((size_t)b * T + r0) * C + h * hs, C);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.f, S, T, v, C3, 0.f,
-                  y + (size_t)b * T * C + h * hs, C);
     }
     free(S);
   }
@@ -147,22 +158,28 @@ int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t 
       const float *q = x + base, *k = q + C, *v = q + 2 * C;
       const float *g = dy + (size_t)b * T * C + h * hs;
       float *dq = dx + base, *dk = dq + C, *dv = dq + 2 * C;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.f, P, T);
-      for (int i = 0; i < T; i++) causal_exp_row(P + (size_t)i * T, i, T, L[(size_t)bh * T + i]);
-      /* dV += P^T dO; dP = dO V^T */
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.f, P, T, g, C, 1.f, dv, C3);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.f, g, C, v, C3, 0.f, dP, T);
-      for (int i = 0; i < T; i++) {
-        float *p = P + (size_t)i * T, *dp = dP + (size_t)i * T, dsum = 0.f;
+      for (int r0 = 0; r0 < T; r0 += TB) {
+        int r1 = r0 + TB < T ? r0 + TB : T, nr = r1 - r0;
+        float *Pb = P + (size_t)r0 * T, *dPb = dP + (size_t)r0 * T;
+        const float *gb = g + (size_t)r0 * C, *qb = q + (size_t)r0 * C3;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, scale, qb, C3, k, C3, 0.f, Pb, T);
+        for (int i = r0; i < r1; i++) causal_exp_row(P + (size_t)i * T, i, r1, L[(size_t)bh * T + i]);
+        /* dV += P^T dO; dP = dO V^T */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, nr, 1.f, Pb, T, gb, C, 1.f, dv, C3);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, 1.f, gb, C, v, C3, 0.f, dPb, T);
+        for (int i = r0; i < r1; i++) {
+          float *p = P + (size_t)i * T, *dp = dP + (size_t)i * T, dsum = 0.f;
 #pragma omp simd reduction(+ : dsum)
-        for (int j = 0; j <= i; j++) dsum += p[j] * dp[j];
+          for (int j = 0; j <= i; j++) dsum += p[j] * dp[j];
 #pragma omp simd
-        for (int j = 0; j <= i; j++) dp[j] = p[j] * (dp[j] - dsum) * scale;
-        for (int j = i + 1; j < T; j++) dp[j] = 0.f;
+          for (int j = 0; j <= i; j++) dp[j] = p[j] * (dp[j] - dsum) * scale;
+          for (int j = i + 1; j < r1; j++) dp[j] = 0.f;
+        }
+        /* dQ += dS K; dK += dS^T Q */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, 1.f, dPb, T, k, C3, 1.f,
+                    dq + (size_t)r0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, nr, 1.f, dPb, T, qb, C3, 1.f, dk, C3);
       }
-      /* dQ += dS K; dK += dS^T Q */
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.f, dP, T, k, C3, 1.f, dq, C3);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.f, dP, T, q, C3, 1.f, dk, C3);
     }
     free(P);
   }

@@ -349,6 +349,7 @@ static void check_attention(int B, int T, int NH, int hs) {
 
 Test(ops, attention) { check_attention(2, 5, 2, 3); }
 Test(ops, attention_long_rows) { check_attention(1, 19, 2, 4); } /* rows past the 8-wide vector loop */
+Test(ops, attention_causal_blocks) { check_attention(1, 150, 1, 2); } /* 3 causal blocks, last partial */
 
 /* ---- embedding ---- */
 typedef struct {
