@@ -81,7 +81,7 @@ int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, co
   float *y = out->data, *L = lse->data;
 #pragma omp parallel num_threads(ctx->threads)
   {
-    float *S = malloc((size_t)T * T * sizeof(float));
+    float *S = tensor_scratch(ctx, omp_get_thread_num(), (size_t)T * T * sizeof(float));
     if (!S) {
 #pragma omp atomic write
       fail_alloc = 1;
@@ -108,7 +108,6 @@ int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, co
                     y + ((size_t)b * T + r0) * C + h * hs, C);
       }
     }
-    free(S);
   }
   CHECK(!fail_alloc, STRATA_ENOMEM, "tensor_attention_forward: %d x %d scratch per thread", T, T);
 fail:
@@ -145,7 +144,8 @@ int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t 
   float *dx = dqkv->data;
 #pragma omp parallel num_threads(ctx->threads)
   {
-    float *P = malloc((size_t)2 * T * T * sizeof(float)), *dP = P ? P + (size_t)T * T : NULL;
+    float *P = tensor_scratch(ctx, omp_get_thread_num(), (size_t)2 * T * T * sizeof(float));
+    float *dP = P ? P + (size_t)T * T : NULL;
     if (!P) {
 #pragma omp atomic write
       fail_alloc = 1;
@@ -181,7 +181,6 @@ int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t 
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1, hs, nr, 1.f, dPb, T, qb, C3, 1.f, dk, C3);
       }
     }
-    free(P);
   }
   CHECK(!fail_alloc, STRATA_ENOMEM, "%s: 2 x %d x %d scratch per thread", fn, T, T);
 fail:

@@ -43,6 +43,7 @@ int tensor_ctx_create(tensor_ctx_t **out, const tensor_ctx_options_t *opts) {
   tensor_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return STRATA_ENOMEM;
   ctx->threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  if (ctx->threads > TENSOR_SCRATCH_SLOTS) ctx->threads = TENSOR_SCRATCH_SLOTS;
   ctx->device = o.device;
   ctx->bf16_matmul = o.bf16_matmul;
   /* The context owns the cores through OpenMP; OpenBLAS runs single-threaded
@@ -52,8 +53,19 @@ int tensor_ctx_create(tensor_ctx_t **out, const tensor_ctx_options_t *opts) {
   return STRATA_OK;
 }
 
+float *tensor_scratch(tensor_ctx_t *ctx, int slot, size_t bytes) {
+  if (slot < 0 || slot >= TENSOR_SCRATCH_SLOTS) return NULL;
+  if (ctx->scratch_bytes[slot] < bytes) {
+    free(ctx->scratch[slot]);
+    ctx->scratch[slot] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    ctx->scratch_bytes[slot] = ctx->scratch[slot] ? bytes : 0;
+  }
+  return ctx->scratch[slot];
+}
+
 void tensor_ctx_destroy(tensor_ctx_t *ctx) {
   if (!ctx) return;
+  for (int i = 0; i < TENSOR_SCRATCH_SLOTS; i++) free(ctx->scratch[i]);
 #if defined(STRATA_CUDA)
   tcu_ctx_destroy(ctx);
 #endif

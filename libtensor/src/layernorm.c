@@ -126,7 +126,8 @@ int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweigh
     goto fail;
   }
   int nt = ctx->threads;
-  part = calloc((size_t)nt * 2 * C, sizeof(float)); /* per-thread dweight, dbias partials */
+  part = tensor_scratch(ctx, 0, (size_t)nt * 2 * C * sizeof(float)); /* per-thread dweight, dbias */
+  if (part) memset(part, 0, (size_t)nt * 2 * C * sizeof(float));
   CHECK(part, STRATA_ENOMEM, "%s: %d x %d floats of scratch", fn, nt, 2 * C);
   const float *g = dout->data, *x = in->data, *w = weight->data, *mu = mean->data, *rs = rstd->data;
   float *dx = din ? din->data : NULL;
@@ -162,6 +163,5 @@ int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweigh
       for (int i = 0; i < C; i++) ((float *)dbias->data)[i] += db[i];
   }
 fail:
-  free(part);
   return rc;
 }

@@ -7,6 +7,7 @@
 #include <strata/tensor.h>
 
 #define TENSOR_ERRLEN 512
+#define TENSOR_SCRATCH_SLOTS 64
 
 struct tensor_ctx {
   int threads;
@@ -15,6 +16,10 @@ struct tensor_ctx {
   atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
   void *cuda; /* CUDA state (cuBLAS handles, scratch), owned; NULL until first used */
+  /* Host scratch per OpenMP thread, kept between calls: a fresh malloc of a
+   * few hundred KiB per op is an mmap, page faults and zeroing every time. */
+  float *scratch[TENSOR_SCRATCH_SLOTS];
+  size_t scratch_bytes[TENSOR_SCRATCH_SLOTS];
   char err[TENSOR_ERRLEN];
 };
 
@@ -61,6 +66,11 @@ void tensor_mem_sub(tensor_ctx_t *ctx, int device, size_t bytes);
 void tensor_sgemm(const tensor_ctx_t *ctx, int trans_a, int trans_b, int M, int N, int K,
                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                   float *C, int ldc);
+
+/* Scratch of at least `bytes` for thread slot `slot` (< TENSOR_SCRATCH_SLOTS),
+ * owned by the context; NULL when out of memory. Callers in one parallel
+ * region use distinct slots. */
+float *tensor_scratch(tensor_ctx_t *ctx, int slot, size_t bytes);
 
 /* Philox counter for one element: 4 x 32 bits from (key, index, stream). */
 void tensor_philox_elem(uint32_t out[4], const uint32_t key[2], uint64_t index, uint32_t stream);
