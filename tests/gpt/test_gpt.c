@@ -216,3 +216,30 @@ Test(gpt, errors_name_the_values) {
   par_gpt_destroy(g);
   par_gpt_destroy(m);
 }
+
+Test(gpt, memory_accounting_and_recompute) {
+  /* Parameters and gradients are exactly 2 N floats; activations come on top
+   * at the first forward; recompute keeps one block's activations instead of
+   * L, and gives the same loss. */
+  par_gpt_config_t c = {.layers = 4, .hidden = 32, .heads = 4, .seq = 16, .vocab = 64};
+  size_t N = par_gpt_param_count(&c), cur0, cur1, cur2;
+  float l1, l2;
+  int32_t tok[64], tgt[64];
+  tokens_for(tok, tgt, 64, 64, 4);
+  par_gpt_t *a, *b;
+  cr_assert_eq(par_gpt_create(&a, &c, 1), 0);
+  cr_assert_eq(par_gpt_memory(a, &cur0, NULL), 0);
+  cr_expect_eq(cur0, 2 * N * sizeof(float));
+  cr_assert_eq(par_gpt_forward(a, tok, tgt, 4, 16, &l1), 0);
+  par_gpt_memory(a, &cur1, NULL);
+  c.recompute = 1;
+  cr_assert_eq(par_gpt_create(&b, &c, 1), 0);
+  cr_assert_eq(par_gpt_forward(b, tok, tgt, 4, 16, &l2), 0);
+  par_gpt_memory(b, &cur2, NULL);
+  /* per block: 15 h + 4 + heads floats per token (ln1, qkv, attention out,
+   * residual, ln2, fc, gelu, row statistics, log-sum-exp) */
+  size_t per_block = (15 * 32 + 4 + 4) * 64 * sizeof(float);
+  cr_expect_eq(cur1 - cur2, 3 * per_block, "saved %zu bytes, expected %zu", cur1 - cur2, 3 * per_block);
+  cr_expect_eq(l1, l2);
+  par_gpt_destroy(a), par_gpt_destroy(b);
+}

@@ -67,7 +67,7 @@ static void expect(const char *what, const tensor_t *gpu, const tensor_t *cpu, d
   int64_t wi = 0, n = tensor_numel(cpu);
   for (int64_t i = 0; i < n; i++) {
     double tol = atol + rtol * fabs(c[i]) + (scale ? srel * scale[i] : 0);
-    double e = fabs((double)g[i] - c[i]) / tol;
+    double d = fabs((double)g[i] - c[i]), e = tol > 0 ? d / tol : (d == 0 ? 0 : INFINITY);
     if (!(e <= worst)) worst = e, wi = i;
   }
   checks++;
