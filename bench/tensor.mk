@@ -3,6 +3,10 @@
 # shape >= 0.75 of sgemm, byte-level shape >= 0.7, both on 2 threads).
 $(eval $(call strata_program,bench_tensor_gpt,bench/tensor_gpt.c,parallel))
 BENCH_PROGRAMS += 0:$$BUILD/bin/bench_tensor_gpt@gpt124m@2 0:$$BUILD/bin/bench_tensor_gpt@gptbyte@2
+# GPU machines (`make bench-gpu`): the 124M shape at T 1024, B 8 with bf16 GEMM
+# inputs against a cuBLAS bf16 GEMM; built from the model's sources and
+# libtensor only, so it needs neither MPI nor HDF5 where it runs.
 ifeq ($(HAVE_CUDA),1)
-GPU_BENCH += $(BUILD)/bin/bench_tensor_gpt@gpt124m-1024@1@10@cuda
+$(eval $(call strata_program,bench_tensor_gpu,bench/tensor_gpt.c $(wildcard libparallel/src/gpt*.c),tensor,-DBENCH_GPU_DEFAULTS -Ilibparallel/include -Ilibparallel/src $(MPI_CFLAGS)))
+GPU_BENCH += $(BUILD)/bin/bench_tensor_gpu
 endif

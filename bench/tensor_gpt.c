@@ -5,6 +5,7 @@
  * bf16 GEMM 8192^3 with f32 accumulation (CUDA).
  *
  *   bench_tensor_gpt SHAPE [THREADS] [STEPS] [cuda]
+ *   bench_tensor_gpu              (GPU machines: gpt124m-1024 on cuda:0, bf16 GEMMs)
  *   SHAPE: gpt124m (L12 h768 12 heads T64 B4 V50304), gptbyte (L6 h384 6 heads
  *          T256 B8 V256), gpt124m-1024 (T1024 B8, for the GPU). */
 #include <math.h>
@@ -103,9 +104,15 @@ int main(int argc, char **argv) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
     execv("/proc/self/exe", argv);
   }
+#if defined(BENCH_GPU_DEFAULTS) /* the GPU bench binary: 124M shape, T 1024, B 8, bf16 GEMMs */
+  const char *shape = argc > 1 ? argv[1] : "gpt124m-1024";
+  int threads = argc > 2 ? atoi(argv[2]) : 1, steps = argc > 3 ? atoi(argv[3]) : 0;
+  int cuda = argc > 4 ? !strcmp(argv[4], "cuda") : 1;
+#else
   const char *shape = argc > 1 ? argv[1] : "gpt124m";
   int threads = argc > 2 ? atoi(argv[2]) : 2, steps = argc > 3 ? atoi(argv[3]) : 0;
   int cuda = argc > 4 && !strcmp(argv[4], "cuda");
+#endif
   par_gpt_config_t c = {.layers = 12, .hidden = 768, .heads = 12, .seq = 64, .vocab = 50304};
   int B = 4, T = 64;
   if (!strcmp(shape, "gptbyte")) {
