@@ -116,14 +116,14 @@ static int check_mm(tensor_ctx_t *ctx, const char *fn, const tensor_t *c, const 
                     const tensor_t *b, int ta, int tb, int *batch) {
   int rc = STRATA_OK;
   char da[96], db[96], dc[96];
-  tensor_dtype_t in_dt = a && a->dtype == TENSOR_BF16 ? TENSOR_BF16 : TENSOR_F32;
+  tensor_dtype_t in_dt = a && (a->dtype == TENSOR_BF16 || a->dtype == TENSOR_F16) ? a->dtype : TENSOR_F32;
   TRY(tensor_check(ctx, fn, "c", c, TENSOR_F32, 2, 4));
   TRY(tensor_check(ctx, fn, "a", a, in_dt, 2, 4));
   TRY(tensor_check(ctx, fn, "b", b, in_dt, 2, 4));
   TRY(tensor_check_device(ctx, fn, "a", a, c->device));
   TRY(tensor_check_device(ctx, fn, "b", b, c->device));
   CHECK(in_dt == TENSOR_F32 || c->device != TENSOR_CPU, STRATA_EUNSUPPORTED,
-        "%s: bf16 operands need a CUDA device on this build (a %s); cast to f32 on the CPU", fn,
+        "%s: 16-bit operands need a CUDA device (a %s); cast to f32 on the CPU", fn,
         tensor_describe(a, da, sizeof da));
   int M = ta ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
   int K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
@@ -219,7 +219,11 @@ int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
   const char *fn = "tensor_linear_forward";
   if (!ctx) return STRATA_EINVAL;
   TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "in", in, in && in->dtype == TENSOR_BF16 ? TENSOR_BF16 : TENSOR_F32, 1, 4));
+  TRY(tensor_check(ctx, fn, "in", in,
+                   in && (in->dtype == TENSOR_BF16 || in->dtype == TENSOR_F16) ? in->dtype : TENSOR_F32, 1, 4));
+  CHECK(in->dtype == TENSOR_F32 || out->device != TENSOR_CPU, STRATA_EUNSUPPORTED,
+        "%s: 16-bit operands need a CUDA device (in %s); cast to f32 on the CPU", fn,
+        tensor_describe(in, s1, sizeof s1));
   TRY(tensor_check(ctx, fn, "weight", weight, in->dtype, 2, 2));
   TRY(tensor_check_device(ctx, fn, "in", in, out->device));
   TRY(tensor_check_device(ctx, fn, "weight", weight, out->device));

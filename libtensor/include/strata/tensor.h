@@ -56,7 +56,9 @@ typedef struct {
   int owned;
 } tensor_t;
 
-/* ---- context ------------------------------------------------------------ */
+/* ---- context ------------------------------------------------------------
+ * A context is used by one thread at a time (it holds scratch memory and the
+ * last error); give each thread that calls libtensor its own. */
 
 typedef struct tensor_ctx tensor_ctx_t;
 
@@ -156,8 +158,8 @@ STRATA_API int tensor_fill_uniform(tensor_ctx_t *ctx, tensor_t *t, uint64_t seed
 /* C = alpha op(A) op(B) + beta C, op = transpose when trans_* != 0. A, B, C
  * have 2..4 dims; leading dims are batch dims and must match C's, except that
  * a 2-D B is shared by every batch (weights). A: (..,M,K) or (..,K,M); B:
- * (..,K,N) or (..,N,K); C: (..,M,N). On CUDA, bf16 A/B with f32 C run cuBLAS
- * with f32 accumulation. */
+ * (..,K,N) or (..,N,K); C: (..,M,N). On CUDA, bf16 or f16 A/B (both the
+ * same dtype) with f32 C run cuBLAS with f32 accumulation. */
 STRATA_API int tensor_matmul(tensor_ctx_t *ctx, tensor_t *c, const tensor_t *a, const tensor_t *b,
                              int trans_a, int trans_b, float alpha, float beta);
 /* Backward of C = op(A) op(B) (alpha 1): dA += dC op(B)^T.., dB += ...; either
@@ -166,7 +168,8 @@ STRATA_API int tensor_matmul_backward(tensor_ctx_t *ctx, tensor_t *da, tensor_t 
                                       const tensor_t *dc, const tensor_t *a, const tensor_t *b,
                                       int trans_a, int trans_b);
 
-/* Linear layer: out(..,N) = in(..,K) weight(N,K)^T + bias(N) (bias may be NULL). */
+/* Linear layer: out(..,N) = in(..,K) weight(N,K)^T + bias(N) (bias may be NULL).
+ * On CUDA, in and weight may both be bf16 or f16 (f32 accumulation and out). */
 STRATA_API int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
                                      const tensor_t *weight, const tensor_t *bias);
 /* din += dout W, dweight += dout^T in, dbias += sum of dout rows. */

@@ -170,9 +170,9 @@ extern "C" int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, 
     LAUNCHED();
     A = a16, B = b16, adt = bdt = TENSOR_BF16;
   }
-  cudaDataType_t at = adt == TENSOR_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  cudaDataType_t bt = bdt == TENSOR_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  cublasComputeType_t ct = at == CUDA_R_32F ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F;
+  cudaDataType_t at = adt == TENSOR_BF16 ? CUDA_R_16BF : adt == TENSOR_F16 ? CUDA_R_16F : CUDA_R_32F;
+  cudaDataType_t bt = bdt == TENSOR_BF16 ? CUDA_R_16BF : bdt == TENSOR_F16 ? CUDA_R_16F : CUDA_R_32F;
+  cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* f32 accumulation whatever the inputs */
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (batch <= 1) {
     CUBLAS(cublasGemmEx(s->blas, opb, opa, N, M, K, &alpha, B, bt, ldb, A, at, lda, &beta, C,
