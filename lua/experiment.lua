@@ -90,5 +90,6 @@ function M.prepare_and_train(cfg)
     fail("training needs the GPT model of libparallel (par_gpt) and liboptim, which this build " ..
          "of strata does not include yet")
   end
-  return M.train(cfg, data, {rank = rank, size = size})
+  M.last_run = M.train(cfg, data, {rank = rank, size = size})
+  return M.last_run
 end

@@ -52,8 +52,12 @@ typedef struct {
   par_metrics_t *metrics;
   float *m, *v;
   optim_tensor *tens;
+  double *sq; /* per-tensor sums of squares of the gradients */
   int nt;
   int32_t *in, *tg;
+  double *rows; /* metrics rows not yet written (rank 0), [ROWS_MAX][NMETRICS] */
+  int nrows;
+  double last_flush;
   par_data_t *data; /* borrowed from the data userdata */
   int rank, size, dp, tty;
   double entropy;
@@ -68,8 +72,12 @@ static int run_free(lua_State *L) {
   free(r->m);
   free(r->v);
   free(r->tens);
+  free(r->sq);
+  r->sq = NULL;
   free(r->in);
   free(r->tg);
+  free(r->rows);
+  r->rows = NULL;
   r->model = NULL, r->opt = NULL, r->comm = NULL, r->metrics = NULL;
   r->m = r->v = NULL, r->tens = NULL, r->in = r->tg = NULL;
   return 0;
@@ -204,7 +212,8 @@ static void setup_optimizer(lua_State *L, run_t *r) {
   if ((need_m && !(r->m = calloc(n, sizeof *r->m))) || (need_v && !(r->v = calloc(n, sizeof *r->v))))
     run_fail(L, 1, "out of memory for the optimizer state (%zu parameters)", n);
   r->nt = par_gpt_num_views(r->model);
-  if (!(r->tens = calloc((size_t)r->nt, sizeof *r->tens))) run_fail(L, 1, "out of memory");
+  if (!(r->tens = calloc((size_t)r->nt, sizeof *r->tens)) || !(r->sq = calloc((size_t)r->nt, sizeof *r->sq)))
+    run_fail(L, 1, "out of memory");
   for (int i = 0; i < r->nt; i++) {
     const par_gpt_view_t *v = par_gpt_view(r->model, i);
     optim_tensor *t = &r->tens[i];
@@ -368,6 +377,19 @@ static void metrics_attrs(lua_State *L, run_t *r, int resumed) {
   if (resumed) par_metrics_set_attr(r->metrics, "resumed", "true");
 }
 
+/* Metrics rows are written at most about once a second (and before every
+ * checkpoint, evaluation and the end): opening the HDF5 file for each row
+ * would cost a fifth of a small model's step, and a reader still sees the
+ * run at most a second late. */
+#define ROWS_MAX 4096
+
+static void flush_rows(lua_State *L, run_t *r, double t) {
+  if (r->nrows > 0 && par_metrics_append(r->metrics, r->rows, r->nrows) != STRATA_OK)
+    run_fail(L, 0, "%s", par_metrics_error(r->metrics));
+  r->nrows = 0;
+  r->last_flush = t;
+}
+
 /* ------------------------------------------------------------ steps */
 
 static void check(lua_State *L, run_t *r, int rc, const char *what) {
@@ -408,11 +430,10 @@ static double train_step(lua_State *L, run_t *r, double *gnorm) {
         comm_allreduce(r->comm, &l, &l, 1, COMM_F64, COMM_AVG) != STRATA_OK)
       run_fail(L, 0, "allreduce: %s", comm_last_error(r->comm));
   }
-  double *sq = lua_newuserdatauv(L, (size_t)r->nt * sizeof *sq, 0), total = 0;
-  if (optim_grad_sumsq(r->opt, sq, r->tens, r->nt) != STRATA_OK)
+  double total = 0;
+  if (optim_grad_sumsq(r->opt, r->sq, r->tens, r->nt) != STRATA_OK)
     run_fail(L, 0, "gradient norm: %s", optim_last_error(r->opt));
-  for (int i = 0; i < r->nt; i++) total += sq[i];
-  lua_pop(L, 1);
+  for (int i = 0; i < r->nt; i++) total += r->sq[i];
   float scale;
   optim_grad_scale(total, 1.0f, (float)r->clip, &scale, gnorm);
   if (!isfinite(*gnorm))
@@ -480,7 +501,8 @@ static int l_train(lua_State *L) {
     run_fail(L, 1, "model: %s", par_gpt_create_error());
   setup_optimizer(L, r);
   size_t bt = (size_t)r->batch * (size_t)r->mc.seq;
-  if (!(r->in = malloc(bt * sizeof *r->in)) || !(r->tg = malloc(bt * sizeof *r->tg)))
+  if (!(r->in = malloc(bt * sizeof *r->in)) || !(r->tg = malloc(bt * sizeof *r->tg)) ||
+      !(r->rows = malloc(ROWS_MAX * NMETRICS * sizeof *r->rows)))
     run_fail(L, 1, "out of memory for a batch of %zu tokens", bt);
 
   long start = 0;
@@ -508,6 +530,7 @@ static int l_train(lua_State *L) {
 
   const char *kill_at = getenv("STRATA_FAULT_KILL_AT_STEP"); /* fault injection for tests */
   long kill_step = kill_at ? atol(kill_at) : -1;
+  r->last_flush = now();
   double t0 = now(), loss = NAN, val = NAN, tps = 0;
   double t_row = t0, t_log = t0; /* tokens/s: averaged since the last row / log line */
   long done_since = 0, steps_row = 0, steps_log = 0;
@@ -531,10 +554,14 @@ static int l_train(lua_State *L) {
       t_row = t, steps_row = 0;
       double row[NMETRICS] = {(double)step, loss, v, lr, gnorm, tps, (double)peak,
                               (double)cnt.bytes_sent};
-      if (par_metrics_append(r->metrics, row, 1) != STRATA_OK)
-        run_fail(L, 0, "%s", par_metrics_error(r->metrics));
+      memcpy(r->rows + (size_t)r->nrows * NMETRICS, row, sizeof row);
+      r->nrows++;
     }
-    if (r->rank == 0) {
+    int ckpt = (r->every_ckpt > 0 && step % r->every_ckpt == 0) || (step == r->steps && r->final_ckpt);
+    if (r->rank == 0 && (r->nrows == ROWS_MAX || t - r->last_flush >= 1.0 || eval || ckpt))
+      flush_rows(L, r, t);
+    int print = r->rank == 0 && (r->tty || step % r->log_every == 0 || eval || step == r->steps);
+    if (print) {
       double eta = (t - t0) / (double)done_since * (double)(r->steps - step);
       size_t cur = 0, peak = 0;
       par_gpt_memory(r->model, &cur, &peak);
@@ -542,17 +569,16 @@ static int l_train(lua_State *L) {
       fmt_duration(etas, sizeof etas, eta);
       if (!isnan(val)) snprintf(vals, sizeof vals, " | val %.4f", val);
       double shown = tokens_per_step * (double)steps_log / (t - t_log);
-      int print = r->tty || step % r->log_every == 0 || eval || step == r->steps;
-      if (print) t_log = t, steps_log = 0;
+      t_log = t, steps_log = 0;
       if (r->tty)
         fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | mem %.1f MiB | ETA %s   ", step,
                 r->steps, loss, vals, shown / 1e3, (double)peak / (1 << 20), etas);
-      else if (step % r->log_every == 0 || eval || step == r->steps)
+      else
         printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | mem %.1f MiB | ETA %s\n", step,
                r->steps, loss, vals, lr, shown / 1e3, (double)peak / (1 << 20), etas);
       fflush(stdout);
     }
-    if ((r->every_ckpt > 0 && step % r->every_ckpt == 0) || (step == r->steps && r->final_ckpt)) {
+    if (ckpt) {
       if (save_checkpoint(L, r, step, err, sizeof err) != STRATA_OK)
         run_fail(L, 1, "checkpoint: %s", err);
     }
@@ -561,6 +587,7 @@ static int l_train(lua_State *L) {
   double elapsed = now() - t0;
   if (r->tty) fprintf(stderr, "\n");
   if (r->rank == 0) {
+    flush_rows(L, r, now());
     char el[32];
     fmt_duration(el, sizeof el, elapsed);
     long ran = r->steps - start;
