@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_tensor_gpt: unknown shape %s (gpt124m, gptbyte, gpt124m-1024)\n", shape);
     return 2;
   }
-  if (steps <= 0) steps = cuda ? 10 : 3;
+  if (steps <= 0) steps = cuda ? 10 : 5;
   par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
   o.threads = threads;
   if (cuda) o.device = 0, o.bf16_matmul = 1;
