@@ -73,7 +73,7 @@ static int msgh(lua_State *L) {
 }
 
 /* Reports an error value; returns the exit status. */
-static int report(lua_State *L, int rank, int size) {
+static int report(lua_State *L, int rank, int size, int *same_out) {
   int status = STRATA_EXIT_FAIL, same = 0;
   const char *msg;
   if (lua_istable(L, -1)) {
@@ -92,6 +92,7 @@ static int report(lua_State *L, int rank, int size) {
     if (size > 1 && !same) fprintf(stderr, "strata: [rank %d] %s\n", rank, msg);
     else fprintf(stderr, "strata: %s\n", msg);
   }
+  *same_out = same;
   return status;
 }
 
@@ -137,6 +138,7 @@ static int cmd_run(int argc, char **argv) {
     av[a++] = "-np";
     av[a++] = nps;
     av[a++] = "--oversubscribe";
+    av[a++] = "--quiet"; /* strata reports its own errors in one line */
     av[a++] = "--bind-to";
     av[a++] = "none";
     if (geteuid() == 0) av[a++] = "--allow-run-as-root";
@@ -177,29 +179,32 @@ static int cmd_run(int argc, char **argv) {
   lua_pushnil(L);
   lua_setglobal(L, "strata");
 
-  int status = STRATA_EXIT_OK;
+  int status = STRATA_EXIT_OK, same = 1;
   lua_pushcfunction(L, msgh);
   int rc = luaL_loadfile(L, recipe);
   if (rc != LUA_OK) {
     if (rank == 0) fprintf(stderr, "strata: %s\n", lua_tostring(L, -1));
     status = STRATA_EXIT_USAGE;
   } else if (lua_pcall(L, 0, 0, 1) != LUA_OK) {
-    status = report(L, rank, size);
+    status = report(L, rank, size, &same);
   } else {
     /* The runner validates overrides; a hand-written recipe that never
      * called strata.experiment must still not ignore them silently. */
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
     lua_getfield(L, -1, "strata");
     lua_getfield(L, -1, "check_overrides_used");
-    if (lua_isfunction(L, -1) && lua_pcall(L, 0, 0, 1) != LUA_OK) status = report(L, rank, size);
+    if (lua_isfunction(L, -1) && lua_pcall(L, 0, 0, 1) != LUA_OK) status = report(L, rank, size, &same);
   }
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (status != STRATA_EXIT_OK && init && !fin) {
+  if (status != STRATA_EXIT_OK && !same && init && !fin) {
+    /* An error of this rank alone: the others may wait in a collective, so
+     * end the job. Errors every rank raised (the schema, data, checkpoint
+     * checks) end each rank cleanly instead. */
     int s = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &s);
-    if (s > 1) { /* other ranks may wait in a collective: end the job */
+    if (s > 1) {
       fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, status);
     }

@@ -43,5 +43,10 @@ check "override without =" 2 "strata run: 'steps' is not a key=value override" "
 check "bad -n" 2 "strata run: -n needs a positive number of ranks" "$S" run -n zero x.lua
 check "plot missing file" 1 "strata plot: metrics 'none.h5': No such file or directory" "$S" plot none.h5 -o x.png
 check "plot without -o" 2 "strata plot: usage" "$S" plot m.h5
+# Under mpirun (2 ranks) the error is still one line, once, with the same status.
+check "2 ranks: schema" 2 "heads_not_dividing.lua:4: model.heads = 5: does not divide model.hidden = 64" \
+  "$S" run -n 2 "$here/bad/heads_not_dividing.lua"
+check "2 ranks: data" 1 "data file '/nonexistent/strata/corpus.txt': No such file or directory" \
+  "$S" run -n 2 "$here/bad/missing_data_file.lua"
 echo "bad recipes: $n checked, $fails failed"
 [ "$fails" = 0 ]
