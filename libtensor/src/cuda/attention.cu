@@ -14,9 +14,12 @@
 
 __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, int T, int C, int NH, float scale) {
   extern __shared__ float sm[];
-  int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
+  /* K and V rows are padded to hs + 1 floats: the score loop reads K[j][c]
+   * with j varying across a warp, which at a stride of hs (a multiple of 32)
+   * would hit one shared-memory bank 16 times. */
+  int hs = C / NH, ks = hs + 1, C3 = 3 * C, tid = threadIdx.x;
   int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BR;
-  float *Qs = sm, *Ks = Qs + BR * hs, *Vs = Ks + BC * hs, *Os = Vs + BC * hs, *Ss = Os + BR * hs;
+  float *Qs = sm, *Ks = Qs + BR * hs, *Vs = Ks + BC * ks, *Os = Vs + BC * ks, *Ss = Os + BR * hs;
   float *mrow = Ss + BR * BC, *lrow = mrow + BR, *corr = lrow + BR;
   const float *base = qkv + (size_t)b * T * C3 + h * hs;
   for (int idx = tid; idx < BR * hs; idx += NT) {
@@ -34,8 +37,8 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, int T, int 
     for (int idx = tid; idx < BC * hs; idx += NT) {
       int j = idx / hs, c = idx % hs;
       bool ok = k0 + j < T;
-      Ks[idx] = ok ? base[(size_t)(k0 + j) * C3 + C + c] : 0.f;
-      Vs[idx] = ok ? base[(size_t)(k0 + j) * C3 + 2 * C + c] : 0.f;
+      Ks[j * ks + c] = ok ? base[(size_t)(k0 + j) * C3 + C + c] : 0.f;
+      Vs[j * ks + c] = ok ? base[(size_t)(k0 + j) * C3 + 2 * C + c] : 0.f;
     }
     __syncthreads();
     for (int idx = tid; idx < BR * BC; idx += NT) {
@@ -43,7 +46,7 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, int T, int 
       float sv = -INFINITY;
       if (k0 + j <= q0 + i && k0 + j < T && q0 + i < T) {
         float d = 0.f;
-        for (int c = 0; c < hs; c++) d += Qs[i * hs + c] * Ks[j * hs + c];
+        for (int c = 0; c < hs; c++) d += Qs[i * hs + c] * Ks[j * ks + c];
         sv = d * scale;
       }
       Ss[idx] = sv;
@@ -73,7 +76,7 @@ __global__ void k_attn_fwd(float *out, float *lse, const float *qkv, int T, int 
     for (int idx = tid; idx < BR * hs; idx += NT) {
       int i = idx / hs, c = idx % hs;
       float acc = Os[idx] * corr[i];
-      for (int j = 0; j < BC; j++) acc += Ss[i * BC + j] * Vs[j * hs + c];
+      for (int j = 0; j < BC; j++) acc += Ss[i * BC + j] * Vs[j * ks + c];
       Os[idx] = acc;
     }
     __syncthreads();
@@ -101,9 +104,9 @@ __global__ void k_attn_D(float *D, const float *dout, const float *out, int B, i
 __global__ void k_attn_bwd(float *dqkv, const float *dout, const float *qkv, const float *lse,
                            const float *D, int T, int C, int NH, float scale) {
   extern __shared__ float sm[];
-  int hs = C / NH, C3 = 3 * C, tid = threadIdx.x;
+  int hs = C / NH, ks = hs + 1, C3 = 3 * C, tid = threadIdx.x; /* ks: padded K, V rows */
   int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * BC;
-  float *Ks = sm, *Vs = Ks + BC * hs, *dKs = Vs + BC * hs, *dVs = dKs + BC * hs;
+  float *Ks = sm, *Vs = Ks + BC * ks, *dKs = Vs + BC * ks, *dVs = dKs + BC * hs;
   float *Qs = dVs + BC * hs, *dOs = Qs + BR * hs, *Ps = dOs + BR * hs, *dSs = Ps + BR * BC;
   const float *base = qkv + (size_t)b * T * C3 + h * hs;
   const float *gbase = dout + (size_t)b * T * C + h * hs;
@@ -112,8 +115,8 @@ __global__ void k_attn_bwd(float *dqkv, const float *dout, const float *qkv, con
   for (int idx = tid; idx < BC * hs; idx += NT) {
     int j = idx / hs, c = idx % hs;
     bool ok = k0 + j < T;
-    Ks[idx] = ok ? base[(size_t)(k0 + j) * C3 + C + c] : 0.f;
-    Vs[idx] = ok ? base[(size_t)(k0 + j) * C3 + 2 * C + c] : 0.f;
+    Ks[j * ks + c] = ok ? base[(size_t)(k0 + j) * C3 + C + c] : 0.f;
+    Vs[j * ks + c] = ok ? base[(size_t)(k0 + j) * C3 + 2 * C + c] : 0.f;
     dKs[idx] = 0.f;
     dVs[idx] = 0.f;
   }
@@ -132,8 +135,8 @@ __global__ void k_attn_bwd(float *dqkv, const float *dout, const float *qkv, con
       if (k0 + j <= q0 + i && q0 + i < T && k0 + j < T) {
         float s = 0.f, dp = 0.f;
         for (int c = 0; c < hs; c++) {
-          s += Qs[i * hs + c] * Ks[j * hs + c];
-          dp += dOs[i * hs + c] * Vs[j * hs + c];
+          s += Qs[i * hs + c] * Ks[j * ks + c];
+          dp += dOs[i * hs + c] * Vs[j * ks + c];
         }
         p = __expf(s * scale - L[q0 + i]);
         ds = p * (dp - Dr[q0 + i]);
@@ -156,7 +159,7 @@ __global__ void k_attn_bwd(float *dqkv, const float *dout, const float *qkv, con
       int i = idx / hs, c = idx % hs;
       if (q0 + i >= T) continue;
       float aq = 0.f;
-      for (int j = 0; j < BC; j++) aq += dSs[i * BC + j] * Ks[j * hs + c];
+      for (int j = 0; j < BC; j++) aq += dSs[i * BC + j] * Ks[j * ks + c];
       if (aq != 0.f) atomicAdd(dbase + (size_t)(q0 + i) * C3 + c, aq * scale);
     }
   }
@@ -181,7 +184,7 @@ extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, 
   int rc = tcu_state_get(ctx, &s);
   if (rc) return rc;
   int hs = C / NH;
-  size_t smem = sizeof(float) * ((size_t)2 * BR * hs + 2 * BC * hs + BR * BC + 3 * BR);
+  size_t smem = sizeof(float) * ((size_t)2 * BR * hs + 2 * BC * (hs + 1) + BR * BC + 3 * BR);
   rc = smem_opt_in(ctx, (const void *)k_attn_fwd, smem);
   if (rc) return rc;
   dim3 grid((T + BR - 1) / BR, NH, B);
@@ -204,7 +207,7 @@ extern "C" int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const floa
   float *D = (float *)scr;
   k_attn_D<<<(unsigned)((rows + 7) / 8), 256>>>(D, dout, out, B, T, C, NH);
   LAUNCHED();
-  size_t smem = sizeof(float) * ((size_t)4 * BC * hs + 2 * BR * hs + 2 * BR * BC);
+  size_t smem = sizeof(float) * ((size_t)2 * BC * (hs + 1) + 2 * BC * hs + 2 * BR * hs + 2 * BR * BC);
   rc = smem_opt_in(ctx, (const void *)k_attn_bwd, smem);
   if (rc) return rc;
   dim3 grid((T + BC - 1) / BC, NH, B);
