@@ -1,3 +1,5 @@
 # The serial GPT model: layout of the flat parameters, initialisation, a
 # whole-model gradient check against a double-precision reference, learning.
 $(eval $(call strata_criterion,test_gpt,$(wildcard tests/gpt/test_*.c),parallel))
+$(eval $(call strata_program,gpt_example_train,tests/gpt/example_train.c,parallel))
+TEST_SUITES += sh:tests/gpt/example_train.sh

@@ -19,7 +19,24 @@
  *
  * Layout 1x1x1 (serial) for now; the model is written layer by layer
  * (embedding, linear, attention, head + loss) so that parallel layouts swap
- * in their own layers. */
+ * in their own layers.
+ *
+ * Usage (tests/gpt/example_train.c builds and runs this):
+ *
+ *   par_gpt_config_t cfg = {.layers = 2, .hidden = 32, .heads = 4, .seq = 16, .vocab = 32};
+ *   par_gpt_t *m;
+ *   if (par_gpt_create(&m, &cfg, 42)) puts(par_gpt_create_error());
+ *   size_t n;
+ *   float *p = par_gpt_params(m, &n), *g = par_gpt_grads(m, NULL), loss;
+ *   par_gpt_zero_grad(m);
+ *   par_gpt_forward(m, tokens, targets, B, T, &loss);   // int32 B*T each
+ *   par_gpt_backward(m);                                 // g += dloss/dp
+ *   for (size_t i = 0; i < n; i++) p[i] -= lr * g[i];    // or liboptim
+ *   par_gpt_destroy(m);
+ *
+ * Threads: the model computes through libtensor, whose OpenMP threads own
+ * the cores; run with OMP_WAIT_POLICY=PASSIVE (see libtensor/README.md). A
+ * model is used by one thread at a time. */
 #ifndef STRATA_PAR_GPT_H
 #define STRATA_PAR_GPT_H
 
