@@ -207,12 +207,9 @@ int tensor_check(tensor_ctx_t *ctx, const char *fn, const char *what, const tens
     if (t->shape[i] <= 0)
       return tensor_seterr(ctx, STRATA_ESHAPE, "%s: %s is %s, dims must be positive", fn, what,
                            tensor_describe(t, d, sizeof d));
-  if (t->dtype != dtype) {
-    int code = STRATA_ESHAPE;
-    /* A 16-bit float where f32 is needed on the CPU is a known limitation, not a mistake. */
-    return tensor_seterr(ctx, code, "%s: %s is %s, expected dtype %s", fn, what,
+  if (t->dtype != dtype)
+    return tensor_seterr(ctx, STRATA_ESHAPE, "%s: %s is %s, expected dtype %s", fn, what,
                          tensor_describe(t, d, sizeof d), dtype_name(dtype));
-  }
   if (t->device < TENSOR_CPU || t->device >= TENSOR_MAX_DEVICES)
     return tensor_seterr(ctx, STRATA_EINVAL, "%s: %s has invalid device %d", fn, what, t->device);
 #if !defined(STRATA_CUDA)

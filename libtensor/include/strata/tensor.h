@@ -18,10 +18,10 @@
  * context keeps a message naming the offending shapes/values
  * (tensor_last_error). Nothing here exits or aborts on bad input.
  *
- * Dtypes: f32 everywhere; bf16/f16 for storage, casts and (on CUDA) matmul
- * inputs with f32 accumulation; i32 only for token ids and targets. CPU
- * kernels compute in f32 (an op given bf16 tensors on the CPU returns
- * STRATA_EUNSUPPORTED; cast first).
+ * Dtypes: the ops take f32 (another dtype is STRATA_ESHAPE); bf16/f16 serve
+ * storage, copies, fills and casts, and on CUDA the inputs of matmul/linear
+ * (f32 accumulation; the same request on the CPU is STRATA_EUNSUPPORTED:
+ * cast first); i32 holds token ids and targets.
  *
  * Threads: the context owns the CPU cores. It runs OpenMP regions of
  * `threads` threads and, inside them, single-threaded OpenBLAS on per-thread
