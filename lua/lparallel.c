@@ -78,7 +78,8 @@ static int data_open(lua_State *L) {
   luaL_setmetatable(L, DATA_MT);
   par_data_options_t o = PAR_DATA_DEFAULTS;
   lua_getfield(L, 1, "source");
-  o.format = lua_isnil(L, -1) ? PAR_DATA_MARKOV : (par_data_format_t)luaL_checkoption(L, -1, NULL, fmts);
+  o.format = lua_isnil(L, -1) ? PAR_DATA_MARKOV
+                              : (par_data_format_t)luaL_checkoption(L, lua_gettop(L), NULL, fmts);
   lua_pop(L, 1);
   o.path = opt_str(L, 1, "path", NULL);
   o.val_path = opt_str(L, 1, "val_path", NULL);

@@ -512,6 +512,9 @@ static int l_train(lua_State *L) {
       run_fail(L, 1, "train.resume: no checkpoint at '%s' (%s)", r->resume, strerror(errno));
     if (load_checkpoint(r, r->resume, &start, err, sizeof err) != STRATA_OK)
       run_fail(L, 1, "cannot resume: %s", err);
+    if (start > r->steps)
+      run_fail(L, 1, "cannot resume: checkpoint '%s' is at step %ld, beyond train.steps = %ld",
+               r->resume, start, r->steps);
   }
   if (r->rank == 0) {
     make_parent(r->metrics_path);

@@ -1,0 +1,337 @@
+/* The planner in Lua: strata.plan, strata.plan_search, strata.reproduce,
+ * strata.reproductions, strata.cluster.
+ *
+ * Model and layout tables use the same keys as strata.experiment's model and
+ * parallel sections (layers, hidden, heads, seq, vocab, recompute; dp, tp,
+ * pp, sp, zero) plus the planning-only ones (tp_mode, tp_depth, microbatch,
+ * global_batch, schedule, interleave, precision, offload_*). A cluster is a
+ * preset name ("dgx-a100-80gb", see recipes/clusters/) or a table of
+ * par_cluster_t fields, optionally starting from `base = "<preset>"`.
+ * Unknown keys raise an error naming the key. */
+#include <stdio.h>
+#include <string.h>
+#include <strata/parallel.h>
+
+#include "strata_lua.h"
+
+static int opt_int(lua_State *L, int t, const char *key, int *dst) {
+  int present = lua_getfield(L, t, key) != LUA_TNIL;
+  if (present) {
+    int ok;
+    lua_Integer v = lua_tointegerx(L, -1, &ok);
+    if (!ok) return luaL_error(L, "plan: %s must be an integer, got %s", key, luaL_tolstring(L, -1, NULL));
+    *dst = (int)v;
+  }
+  lua_pop(L, 1);
+  return present;
+}
+
+/* A string field mapped onto an enum by a NULL-terminated list of names. */
+static void opt_enum(lua_State *L, int t, const char *key, const char *const *names, int *dst) {
+  if (lua_getfield(L, t, key) != LUA_TNIL) {
+    const char *s = lua_tostring(L, -1);
+    int i = 0;
+    for (; s && names[i]; i++)
+      if (!strcmp(s, names[i])) break;
+    if (!s || !names[i]) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (int j = 0; names[j]; j++) {
+        luaL_addstring(&b, j ? ", " : "");
+        luaL_addstring(&b, names[j]);
+      }
+      luaL_pushresult(&b);
+      luaL_error(L, "plan: %s = %s: expected one of %s", key, luaL_tolstring(L, -2, NULL),
+                 lua_tostring(L, -2));
+    }
+    *dst = i;
+  }
+  lua_pop(L, 1);
+}
+
+static const char *const model_keys[] = {"layers", "hidden", "heads", "seq", "vocab", "recompute",
+                                         NULL};
+static const char *const layout_keys[] = {
+    "dp", "tp", "pp", "sp", "zero", "tp_mode", "tp_depth", "microbatch", "global_batch", "schedule",
+    "interleave", "precision", "offload_optimizer", "offload_gradients", "offload_params", NULL};
+
+static void reject_unknown(lua_State *L, int t, const char *section, const char *const *keys) {
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    lua_pop(L, 1);
+    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int i = 0;
+    for (; k && keys[i]; i++)
+      if (!strcmp(k, keys[i])) break;
+    if (!k || !keys[i])
+      luaL_error(L, "plan: unknown key %s.%s", section, k ? k : luaL_tolstring(L, -1, NULL));
+  }
+}
+
+static void parse_model(lua_State *L, int t, par_gpt_config_t *m) {
+  *m = (par_gpt_config_t)PAR_GPT_CONFIG_DEFAULTS;
+  if (lua_type(L, t) != LUA_TTABLE) luaL_error(L, "plan: model must be a table");
+  reject_unknown(L, t, "model", model_keys);
+  opt_int(L, t, "layers", &m->layers);
+  opt_int(L, t, "hidden", &m->hidden);
+  opt_int(L, t, "heads", &m->heads);
+  opt_int(L, t, "seq", &m->seq);
+  opt_int(L, t, "vocab", &m->vocab);
+  lua_getfield(L, t, "recompute");
+  m->recompute = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+}
+
+static void parse_layout(lua_State *L, int t, par_layout_t *l) {
+  static const char *const modes[] = {"1d", "2d", "2.5d", "3d", NULL};
+  static const char *const scheds[] = {"gpipe", "1f1b", "interleaved", NULL};
+  static const char *const precs[] = {"fp32", "bf16", "fp16", NULL};
+  static const char *const tiers[] = {"device", "cpu", "nvme", NULL};
+  int v;
+  *l = (par_layout_t)PAR_LAYOUT_DEFAULTS;
+  if (lua_isnoneornil(L, t)) return;
+  if (lua_type(L, t) != LUA_TTABLE) luaL_error(L, "plan: parallel must be a table");
+  reject_unknown(L, t, "parallel", layout_keys);
+  opt_int(L, t, "dp", &l->dp);
+  opt_int(L, t, "tp", &l->tp);
+  opt_int(L, t, "pp", &l->pp);
+  opt_int(L, t, "sp", &l->sp);
+  opt_int(L, t, "zero", &l->zero_stage);
+  opt_int(L, t, "tp_depth", &l->tp_depth);
+  opt_int(L, t, "microbatch", &l->microbatch);
+  opt_int(L, t, "global_batch", &l->global_batch);
+  opt_int(L, t, "interleave", &l->interleave);
+  v = l->tp_mode, opt_enum(L, t, "tp_mode", modes, &v), l->tp_mode = (par_tp_mode_t)v;
+  v = l->schedule, opt_enum(L, t, "schedule", scheds, &v), l->schedule = (par_schedule_t)v;
+  v = l->precision, opt_enum(L, t, "precision", precs, &v), l->precision = (par_precision_t)v;
+  v = l->offload_optimizer, opt_enum(L, t, "offload_optimizer", tiers, &v);
+  l->offload_optimizer = (par_tier_t)v;
+  v = l->offload_gradients, opt_enum(L, t, "offload_gradients", tiers, &v);
+  l->offload_gradients = (par_tier_t)v;
+  v = l->offload_params, opt_enum(L, t, "offload_params", tiers, &v);
+  l->offload_params = (par_tier_t)v;
+}
+
+static void parse_cluster(lua_State *L, int t, par_cluster_t *c) {
+  char why[256] = "";
+  *c = (par_cluster_t)PAR_CLUSTER_DEFAULTS;
+  if (lua_type(L, t) == LUA_TSTRING) {
+    if (par_cluster_preset(lua_tostring(L, t), c, why, sizeof why) != STRATA_OK)
+      luaL_error(L, "plan: cluster '%s': %s", lua_tostring(L, t), why);
+    return;
+  }
+  if (lua_type(L, t) != LUA_TTABLE) luaL_error(L, "plan: cluster must be a preset name or a table");
+  if (lua_getfield(L, t, "base") == LUA_TSTRING &&
+      par_cluster_preset(lua_tostring(L, -1), c, why, sizeof why) != STRATA_OK)
+    luaL_error(L, "plan: cluster base '%s': %s", lua_tostring(L, -1), why);
+  lua_pop(L, 1);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+    if (!strcmp(k, "base") || !strcmp(k, "name")) {
+      if (!strcmp(k, "name") && lua_type(L, -1) == LUA_TSTRING)
+        snprintf(c->name, sizeof c->name, "%s", lua_tostring(L, -1));
+    } else if (!lua_isnumber(L, -1)) {
+      luaL_error(L, "plan: cluster.%s must be a number", k);
+    } else if (par_cluster_set(c, k, lua_tonumber(L, -1)) != STRATA_OK) {
+      luaL_error(L, "plan: unknown cluster key '%s'", k);
+    }
+    lua_pop(L, 1);
+  }
+  if (par_cluster_validate(c, why, sizeof why) != STRATA_OK) luaL_error(L, "plan: cluster: %s", why);
+}
+
+static void parse_params(lua_State *L, int t, par_plan_params_t *p) {
+  *p = (par_plan_params_t)PAR_PLAN_PARAMS_DEFAULTS;
+  if (lua_isnoneornil(L, t)) return;
+  luaL_checktype(L, t, LUA_TTABLE);
+  lua_pushnil(L);
+  while (lua_next(L, t)) {
+    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+    if (!lua_isnumber(L, -1) || par_plan_params_set(p, k, lua_tonumber(L, -1)) != STRATA_OK)
+      luaL_error(L, "plan: params.%s is not a planner parameter or not a number", k);
+    lua_pop(L, 1);
+  }
+}
+
+static void push_plan(lua_State *L, const par_plan_t *r) {
+  static const char *const mem_names[PAR_MEM_COUNT] = {"params", "grads",   "optim",
+                                                       "activ",  "buffers", "reserved"};
+  static const char *const time_names[PAR_T_COUNT] = {"compute", "membound", "bubble", "tp", "sp",
+                                                      "pp", "dp", "zero3", "offload", "optim"};
+  lua_createtable(L, 0, 16);
+  lua_pushboolean(L, r->valid), lua_setfield(L, -2, "valid");
+  lua_pushboolean(L, r->fits), lua_setfield(L, -2, "fits");
+  lua_pushstring(L, r->why), lua_setfield(L, -2, "why");
+  lua_pushnumber(L, r->params), lua_setfield(L, -2, "params");
+  lua_createtable(L, 0, PAR_MEM_COUNT + 1);
+  for (int i = 0; i < PAR_MEM_COUNT; i++) lua_pushnumber(L, r->mem[i]), lua_setfield(L, -2, mem_names[i]);
+  lua_pushnumber(L, r->mem_total), lua_setfield(L, -2, "total");
+  lua_pushnumber(L, r->cpu_bytes_node), lua_setfield(L, -2, "cpu_per_node");
+  lua_pushnumber(L, r->nvme_bytes_node), lua_setfield(L, -2, "nvme_per_node");
+  lua_setfield(L, -2, "mem");
+  lua_createtable(L, 0, PAR_T_COUNT + 1);
+  for (int i = 0; i < PAR_T_COUNT; i++) lua_pushnumber(L, r->time[i]), lua_setfield(L, -2, time_names[i]);
+  lua_pushnumber(L, r->step_time), lua_setfield(L, -2, "step");
+  lua_setfield(L, -2, "time");
+  lua_pushnumber(L, r->tflops_per_gpu), lua_setfield(L, -2, "tflops_per_gpu");
+  lua_pushnumber(L, r->mfu), lua_setfield(L, -2, "mfu");
+  lua_pushnumber(L, r->tokens_per_s), lua_setfield(L, -2, "tokens_per_s");
+  lua_pushnumber(L, r->days), lua_setfield(L, -2, "days");
+  lua_pushnumber(L, r->bubble_fraction), lua_setfield(L, -2, "bubble_fraction");
+}
+
+static int want_print(lua_State *L, int t) {
+  int p = lua_getfield(L, t, "print") == LUA_TNIL || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return p;
+}
+
+/* strata.plan{model=, parallel=, cluster=, params=, print=true} -> result table */
+static int l_plan(lua_State *L) {
+  par_gpt_config_t m;
+  par_layout_t l;
+  par_cluster_t c;
+  par_plan_params_t p;
+  par_plan_t r;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "model"), parse_model(L, lua_gettop(L), &m);
+  lua_getfield(L, 1, "parallel"), parse_layout(L, lua_gettop(L), &l);
+  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) luaL_error(L, "plan: cluster is required");
+  parse_cluster(L, lua_gettop(L), &c);
+  lua_getfield(L, 1, "params"), parse_params(L, lua_gettop(L), &p);
+  int rc = par_plan_estimate(&m, &l, &c, &p, &r);
+  if (rc != STRATA_OK && r.valid) return luaL_error(L, "plan: %s", par_strerror(rc));
+  if (want_print(L, 1)) {
+    fflush(stdout);
+    par_plan_print(stdout, &m, &l, &c, &r);
+    fflush(stdout);
+  }
+  push_plan(L, &r);
+  return 1;
+}
+
+/* strata.plan_search{model=, cluster=, global_batch=, top=5, tp_modes={"1d",...},
+ * offload=false, sp=false, params=, print=true} -> list of {layout string, fits, ...} */
+static int l_plan_search(lua_State *L) {
+  par_gpt_config_t m;
+  par_cluster_t c;
+  par_plan_params_t p;
+  par_search_opts_t o = PAR_SEARCH_OPTS_DEFAULTS;
+  int top = 5;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "model"), parse_model(L, lua_gettop(L), &m);
+  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) luaL_error(L, "plan_search: cluster is required");
+  parse_cluster(L, lua_gettop(L), &c);
+  lua_getfield(L, 1, "params"), parse_params(L, lua_gettop(L), &p);
+  opt_int(L, 1, "global_batch", &o.global_batch);
+  opt_int(L, 1, "max_microbatch", &o.max_microbatch);
+  opt_int(L, 1, "max_zero_stage", &o.max_zero_stage);
+  opt_int(L, 1, "top", &top);
+  lua_getfield(L, 1, "offload"), o.try_offload = lua_toboolean(L, -1), lua_pop(L, 1);
+  lua_getfield(L, 1, "sp"), o.try_sp = lua_toboolean(L, -1), lua_pop(L, 1);
+  if (lua_getfield(L, 1, "tp_modes") == LUA_TTABLE) {
+    static const char *const modes[] = {"1d", "2d", "2.5d", "3d", NULL};
+    o.tp_modes = 0;
+    for (int i = 1; lua_rawgeti(L, -1, i) != LUA_TNIL; i++) {
+      const char *s = lua_tostring(L, -1);
+      int k = 0;
+      for (; s && modes[k]; k++)
+        if (!strcmp(s, modes[k])) break;
+      if (!s || !modes[k]) luaL_error(L, "plan_search: tp_modes[%d] = %s: expected 1d, 2d, 2.5d or 3d", i, s ? s : "?");
+      o.tp_modes |= 1 << k;
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  size_t total = 0;
+  if (par_plan_search(&m, &c, &p, &o, NULL, 0, &total) != STRATA_OK)
+    return luaL_error(L, "plan_search: the search failed (check model and cluster)");
+  par_plan_entry_t *e = lua_newuserdatauv(L, sizeof *e * (total ? total : 1), 0);
+  par_plan_search(&m, &c, &p, &o, e, total, &total);
+  if (want_print(L, 1)) {
+    fflush(stdout);
+    par_plan_search_print(stdout, e, total, (size_t)top);
+    fflush(stdout);
+  }
+  lua_createtable(L, (int)(total < (size_t)top ? total : (size_t)top), 0);
+  for (size_t i = 0; i < total && i < (size_t)top; i++) {
+    const par_layout_t *l = &e[i].layout;
+    push_plan(L, &e[i].plan);
+    lua_pushfstring(L, "dp %d x tp %d x pp %d x sp %d, zero %d, microbatch %d", l->dp, l->tp, l->pp,
+                    l->sp, l->zero_stage, l->microbatch);
+    lua_setfield(L, -2, "layout");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
+/* strata.reproduce(name [, print=true]) -> list of {label, unit, published, predicted, rel_err} */
+static int l_reproduce(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  int print = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
+  size_t count = 0;
+  if (par_plan_reproduce(name, NULL, NULL, 0, &count) != STRATA_OK) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; par_plan_reproduce_name(i); i++) {
+      luaL_addstring(&b, i ? ", " : "");
+      luaL_addstring(&b, par_plan_reproduce_name(i));
+    }
+    luaL_pushresult(&b);
+    return luaL_error(L, "reproduce: no published result '%s' (known: %s)", name, lua_tostring(L, -1));
+  }
+  par_repro_row_t *rows = lua_newuserdatauv(L, sizeof *rows * (count ? count : 1), 0);
+  par_plan_reproduce(name, NULL, rows, count, &count);
+  if (print) {
+    fflush(stdout);
+    par_plan_reproduce_print(stdout, name, NULL);
+    fflush(stdout);
+  }
+  lua_createtable(L, (int)count, 0);
+  for (size_t i = 0; i < count; i++) {
+    lua_createtable(L, 0, 5);
+    lua_pushstring(L, rows[i].label), lua_setfield(L, -2, "label");
+    lua_pushstring(L, rows[i].unit), lua_setfield(L, -2, "unit");
+    lua_pushnumber(L, rows[i].published), lua_setfield(L, -2, "published");
+    lua_pushnumber(L, rows[i].predicted), lua_setfield(L, -2, "predicted");
+    lua_pushnumber(L, rows[i].rel_err), lua_setfield(L, -2, "rel_err");
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
+static int l_reproductions(lua_State *L) {
+  lua_newtable(L);
+  for (int i = 0; par_plan_reproduce_name(i); i++) {
+    lua_pushstring(L, par_plan_reproduce_name(i));
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
+/* strata.cluster(name_or_table) -> table of every cluster field */
+static int l_cluster(lua_State *L) {
+  par_cluster_t c;
+  parse_cluster(L, 1, &c);
+  lua_newtable(L);
+  lua_pushstring(L, c.name), lua_setfield(L, -2, "name");
+  for (int i = 0; par_cluster_key(i); i++) {
+    double v = 0;
+    par_cluster_get(&c, par_cluster_key(i), &v);
+    lua_pushnumber(L, v), lua_setfield(L, -2, par_cluster_key(i));
+  }
+  return 1;
+}
+
+int luaopen_strata_plan(lua_State *L) {
+  static const luaL_Reg fns[] = {{"plan", l_plan},
+                                 {"plan_search", l_plan_search},
+                                 {"reproduce", l_reproduce},
+                                 {"reproductions", l_reproductions},
+                                 {"cluster", l_cluster},
+                                 {NULL, NULL}};
+  luaL_newlib(L, fns);
+  return 1;
+}
