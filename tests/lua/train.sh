@@ -34,6 +34,16 @@ h5dump -d /params/wte "$work/a/checkpoint.h5" | sed 1d >"$work/wa" 2>/dev/null
 h5dump -d /params/wte "$work/b/checkpoint.h5" | sed 1d >"$work/wb" 2>/dev/null
 cmp -s "$work/wa" "$work/wb" && [ -s "$work/wa" ] || fail "final parameters differ after resume"
 
+# 2b. The same on 1 rank with 2 threads (OpenMP/OpenBLAS reductions must be
+#     deterministic too).
+STRATA_THREADS=2 "$S" run $R "${small[@]}" run_dir="$work/t1" >"$work/t1.log" 2>&1 || fail "run t1"
+(STRATA_THREADS=2 STRATA_FAULT_KILL_AT_STEP=25 "$S" run $R "${small[@]}" run_dir="$work/t2" >"$work/t2.log" 2>&1) \
+  2>/dev/null && fail "run t2 was not killed"
+STRATA_THREADS=2 "$S" run $R "${small[@]}" run_dir="$work/t2" train.resume=true >"$work/t2b.log" 2>&1 \
+  || fail "resume t2: $(tail -3 "$work/t2b.log")"
+"$S" run tests/lua/check_run.lua a="$work/t1" b="$work/t2" rows=30 eval_every=10 >"$work/cmp2.log" 2>&1 \
+  || fail "resumed 2-thread run differs: $(cat "$work/cmp2.log")"
+
 # 3. The checkpoint of 2 ranks continues on 1 rank (layout-independent).
 cp "$work/a/checkpoint.h5" "$work/a30.h5"
 "$S" run $R "${small[@]}" train.steps=35 run_dir="$work/c" train.resume="$work/a30.h5" >"$work/c.log" 2>&1 \
