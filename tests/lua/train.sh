@@ -37,7 +37,7 @@ cmp -s "$work/wa" "$work/wb" && [ -s "$work/wa" ] || fail "final parameters diff
 # 2b. The same on 1 rank with 2 threads (OpenMP/OpenBLAS reductions must be
 #     deterministic too).
 STRATA_THREADS=2 "$S" run $R "${small[@]}" run_dir="$work/t1" >"$work/t1.log" 2>&1 || fail "run t1"
-(STRATA_THREADS=2 STRATA_FAULT_KILL_AT_STEP=25 "$S" run $R "${small[@]}" run_dir="$work/t2" >"$work/t2.log" 2>&1) \
+(STRATA_THREADS=2 STRATA_FAULT_KILL_AT_STEP=25 "$S" run $R "${small[@]}" run_dir="$work/t2" >"$work/t2.log" 2>&1; exit $?) \
   2>/dev/null && fail "run t2 was not killed"
 STRATA_THREADS=2 "$S" run $R "${small[@]}" run_dir="$work/t2" train.resume=true >"$work/t2b.log" 2>&1 \
   || fail "resume t2: $(tail -3 "$work/t2b.log")"
