@@ -2,7 +2,8 @@
  * backward) of the serial GPT model, in model FLOP/s (6 N + 6 L h T per token
  * times tokens over the median step time), against the GEMM peak measured in
  * the same run: OpenBLAS sgemm 2048^3 on the same threads (CPU), or a cuBLAS
- * bf16 GEMM 8192^3 with f32 accumulation (CUDA).
+ * bf16 GEMM 8192^3 with f32 accumulation (CUDA). On the CPU one sgemm sample
+ * follows every model step, so both medians see the same neighbours.
  *
  *   bench_tensor_gpt SHAPE [THREADS] [STEPS] [cuda]
  *   bench_tensor_gpu              (GPU machines: gpt124m-1024 on cuda:0, bf16 GEMMs)
@@ -45,25 +46,50 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* OpenBLAS's own threaded sgemm, 2048^3, median of 5 after a warm-up. */
-static double sgemm_peak(int threads) {
-  int n = 2048;
-  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
-  if (!a || !b || !c) return 0;
-  for (long i = 0; i < (long)n * n; i++) a[i] = b[i] = (float)((i % 17) - 8) * 0.01f, c[i] = 0;
-  openblas_set_num_threads(threads);
-  double t[5];
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
-  double c0 = cpu_time();
-  for (int r = 0; r < 5; r++) {
-    double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, a, n, b, n, 0.f, c, n);
-    t[r] = now() - t0;
-  }
-  g_gemm_cpu = (cpu_time() - c0) / 5;
+/* The CPU baseline: OpenBLAS's own threaded sgemm 2048^3. One sample is
+ * taken after every model step, so that both figures see the same load on a
+ * shared machine; a pause after each lets OpenBLAS's threads stop spinning
+ * before the next model step. */
+typedef struct {
+  int n;
+  float *a, *b, *c;
+  double t[64], cpu;
+  int count;
+} sgemm_bench_t;
+
+static void pause_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static int sgemm_init(sgemm_bench_t *g, int threads) {
+  memset(g, 0, sizeof *g);
+  int n = g->n = 2048;
+  g->a = malloc(sizeof(float) * n * n), g->b = malloc(sizeof(float) * n * n), g->c = malloc(sizeof(float) * n * n);
+  if (!g->a || !g->b || !g->c) return -1;
+  for (long i = 0; i < (long)n * n; i++) g->a[i] = g->b[i] = (float)((i % 17) - 8) * 0.01f, g->c[i] = 0;
+  openblas_set_num_threads(threads); /* warm-up: page faults, thread start */
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, g->a, n, g->b, n, 0.f, g->c, n);
   openblas_set_num_threads(1);
-  free(a), free(b), free(c);
-  return 2.0 * n * n * n / median(t, 5);
+  pause_s(0.25);
+  return 0;
+}
+
+static void sgemm_sample(sgemm_bench_t *g, int threads) {
+  int n = g->n;
+  openblas_set_num_threads(threads);
+  double c0 = cpu_time(), t0 = now();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.f, g->a, n, g->b, n, 0.f, g->c, n);
+  if (g->count < 64) g->t[g->count++] = now() - t0;
+  g->cpu += cpu_time() - c0;
+  openblas_set_num_threads(1);
+  pause_s(0.25);
+}
+
+static double sgemm_flops(sgemm_bench_t *g) {
+  g_gemm_cpu = g->count ? g->cpu / g->count : 0;
+  free(g->a), free(g->b), free(g->c);
+  return g->count ? 2.0 * g->n * g->n * g->n / median(g->t, g->count) : 0;
 }
 
 /* cuBLAS bf16 GEMM (f32 accumulation and output) through libtensor, 8192^3. */
@@ -143,26 +169,28 @@ int main(int argc, char **argv) {
   double *t = malloc(sizeof(double) * (steps + 1));
   float loss = 0;
   int rc = 0;
-  double cpu0 = 0;
+  double step_cpu = 0;
+  sgemm_bench_t sg;
+  if (!cuda && sgemm_init(&sg, threads)) return 1;
   for (int k = 0; k <= steps && !rc; k++) { /* step 0 warms up (allocations, page faults) */
-    double t0 = now();
-    if (k == 1) cpu0 = cpu_time();
+    double t0 = now(), c0 = cpu_time();
     rc = par_gpt_zero_grad(m);
     if (!rc) rc = par_gpt_forward(m, tok, tgt, B, T, &loss);
     if (!rc) rc = par_gpt_backward(m);
     if (!rc) rc = par_gpt_synchronize(m); /* device work is asynchronous */
     t[k] = now() - t0;
+    if (k > 0) step_cpu += (cpu_time() - c0) / steps;
+    if (!cuda && k > 0) sgemm_sample(&sg, threads);
   }
   if (rc) {
     fprintf(stderr, "bench_tensor_gpt: %s\n", par_gpt_last_error(m));
     return 1;
   }
-  double step_cpu = (cpu_time() - cpu0) / steps;
   double tmed = median(t + 1, steps), flops = par_gpt_flops_per_token(&c, T) * B * T / tmed;
   double tmin = t[1], tmax = t[1];
   for (int k = 1; k <= steps; k++) tmin = t[k] < tmin ? t[k] : tmin, tmax = t[k] > tmax ? t[k] : tmax;
   par_gpt_destroy(m);
-  double base = cuda ? gpu_gemm_peak(0) : sgemm_peak(threads);
+  double base = cuda ? gpu_gemm_peak(0) : sgemm_flops(&sg);
   fprintf(stderr, "# %s: step median %.3f s (min %.3f, max %.3f over %d), loss %.3f, %.1f GFLOP/s; "
           "GEMM peak %.1f GFLOP/s\n", shape, tmed, tmin, tmax, steps, loss, flops / 1e9, base / 1e9);
   if (!cuda) /* FLOP per CPU-second, model over sgemm: what the process did with the cycles it got */
