@@ -3,9 +3,9 @@
  * sum per row, algorithm 1 lines 9-12) so the T x T matrix never reaches
  * global memory, and only the row log-sum-exp saved for the backward, which
  * recomputes P tile by tile (algorithm 2 / appendix B.2): dV += P^T dO,
- * dS = P (dO V^T - D), D = rowsum(dO * O), dK += dS^T Q, dQ += dS K. Written
- * for clarity and f32 exactness (it is the reference the bf16 GEMM path is
- * checked against), not for peak tensor-core throughput. */
+ * dS = P (dO V^T - D), D = rowsum(dO * O), dK += dS^T Q, dQ += dS K. f32
+ * throughout on the CUDA cores, written for clarity and exactness against the
+ * CPU reference; a tensor-core (bf16 mma) version is the next step for speed. */
 #include "common.cuh"
 
 #define BR 16 /* query rows per tile */
