@@ -40,9 +40,9 @@ static void opt_enum(lua_State *L, int t, const char *key, const char *const *na
         luaL_addstring(&b, j ? ", " : "");
         luaL_addstring(&b, names[j]);
       }
-      luaL_pushresult(&b);
-      luaL_error(L, "plan: %s = %s: expected one of %s", key, luaL_tolstring(L, -2, NULL),
-                 lua_tostring(L, -2));
+      luaL_pushresult(&b); /* the field stays below it, at -2 */
+      luaL_error(L, "plan: %s = %s: expected one of %s", key, s ? s : luaL_typename(L, -2),
+                 lua_tostring(L, -1));
     }
     *dst = i;
   }
@@ -323,6 +323,37 @@ static int l_cluster(lua_State *L) {
     lua_pushnumber(L, v), lua_setfield(L, -2, par_cluster_key(i));
   }
   return 1;
+}
+
+/* Under `strata plan`, strata.experiment{...} predicts instead of training:
+ * the recipe's model and layout (batch per rank as the microbatch) on the
+ * cluster named by the recipe's plan.cluster, else on this machine sized to
+ * the layout's ranks. */
+static const char plan_experiment_src[] =
+    "local strata = ...\n"
+    "return function(t)\n"
+    "  local m = {}\n"
+    "  for k, v in pairs(t.model or {}) do m[k] = v end\n"
+    "  if m.vocab == nil or m.vocab == 'auto' then m.vocab = 256 end\n"
+    "  local p = t.parallel or {}\n"
+    "  local function deg(v) return (v == nil or v == 'auto') and 1 or v end\n"
+    "  local dp, tp, pp, sp = deg(p.dp), deg(p.tp), deg(p.pp), deg(p.sp)\n"
+    "  local batch = (t.train and t.train.batch) or 8\n"
+    "  local cluster = t.plan and t.plan.cluster or\n"
+    "    {base = 'this-machine', nodes = 1, gpus_per_node = dp * tp * pp * sp}\n"
+    "  return strata.plan{model = m, cluster = cluster, parallel = {dp = dp, tp = tp, pp = pp,\n"
+    "    sp = sp, zero = p.zero, microbatch = batch, global_batch = batch * dp}}\n"
+    "end\n";
+
+void lplan_enter_plan_mode(lua_State *L, int module) {
+  if (luaL_loadbuffer(L, plan_experiment_src, sizeof plan_experiment_src - 1, "=[strata plan]") !=
+      LUA_OK)
+    lua_error(L);
+  lua_pushvalue(L, module);
+  lua_call(L, 1, 1);
+  lua_setfield(L, module, "experiment");
+  lua_pushstring(L, "plan");
+  lua_setfield(L, module, "mode");
 }
 
 int luaopen_strata_plan(lua_State *L) {

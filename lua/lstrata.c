@@ -372,6 +372,8 @@ int luaopen_strata(lua_State *L) {
   merge(L, m);
   luaL_requiref(L, "strata.model", luaopen_strata_model, 0);
   merge(L, m);
+  luaL_requiref(L, "strata.plan", luaopen_strata_plan, 0);
+  merge(L, m);
   for (const lstrata_chunk_t *c = lstrata_chunks; c->name; c++) {
     char chunkname[64];
     snprintf(chunkname, sizeof chunkname, "=[strata %s]", c->name);

@@ -1,4 +1,4 @@
-/* strata: the executable. Commands: run, info, plot, help.
+/* strata: the executable. Commands: run, plan, info, plot, help.
  *
  * Exit statuses: 0 success, 1 a run failed, 2 the command line or the
  * recipe is wrong (unknown command, syntax error, schema violation). */
@@ -22,6 +22,11 @@ static const char *usage =
     "      Runs a recipe. key=value pairs override the recipe's settings by\n"
     "      dotted path (train.steps=50 data.seed=3 train.resume=true).\n"
     "      -n N starts N ranks with mpirun; under mpirun, strata just runs.\n"
+    "  strata plan RECIPE.lua\n"
+    "      Runs a recipe in plan mode: strata.experiment predicts memory per device, step\n"
+    "      time, TFLOP/s and tokens/s instead of training (cluster: the recipe's\n"
+    "      plan.cluster, else this machine); plan-only recipes call strata.plan,\n"
+    "      strata.plan_search and strata.reproduce (recipes/reproduce/).\n"
     "  strata info\n"
     "      Versions of MPI, HDF5, Lua, OpenBLAS, CUDA and NCCL; devices; threads.\n"
     "  strata plot METRICS.h5 [name ...] -o FILE.png\n"
@@ -96,7 +101,7 @@ static int report(lua_State *L, int rank, int size, int *same_out) {
   return status;
 }
 
-static int cmd_run(int argc, char **argv) {
+static int cmd_run(int argc, char **argv, int plan) {
   int np = 0, i = 0;
   if (i < argc && strcmp(argv[i], "-n") == 0) {
     if (i + 1 >= argc || (np = atoi(argv[i + 1])) < 1) {
@@ -174,6 +179,7 @@ static int cmd_run(int argc, char **argv) {
     lua_seti(L, -2, k - i + 1);
   }
   lua_setfield(L, -2, "overrides");
+  if (plan) lplan_enter_plan_mode(L, lua_gettop(L));
   lua_pop(L, 1);
   /* Remove the global that luaL_requiref set: recipes `require "strata"`. */
   lua_pushnil(L);
@@ -263,8 +269,9 @@ int main(int argc, char **argv) {
     lua_close(L);
     return STRATA_EXIT_OK;
   }
-  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2, 0);
+  if (!strcmp(cmd, "plan")) return cmd_run(argc - 2, argv + 2, 1);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
-  fprintf(stderr, "strata: unknown command '%s' (commands: run, info, plot, help)\n", cmd);
+  fprintf(stderr, "strata: unknown command '%s' (commands: run, plan, info, plot, help)\n", cmd);
   return STRATA_EXIT_USAGE;
 }

@@ -23,6 +23,9 @@ int luaopen_strata(lua_State *L);
 int luaopen_strata_parallel(lua_State *L); /* data, metrics, checkpoint */
 int luaopen_strata_core(lua_State *L);     /* floats buffers, MPI world, info */
 int luaopen_strata_train(lua_State *L);    /* the training loop (GPT, optim, comm) */
+int luaopen_strata_plan(lua_State *L);     /* the planner: plan, plan_search, reproduce */
+/* `strata plan`: strata.experiment (module table at `module`) predicts instead of training. */
+void lplan_enter_plan_mode(lua_State *L, int module);
 
 /* Pushes `nil, msg, code` (liolib's convention for expected failures). */
 int lstrata_fail(lua_State *L, const char *msg, int code);

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `strata plan`: every reproduction recipe runs, ZeRO's Table 1 comes out
+# exact, an experiment recipe is planned instead of trained, and bad planner
+# input stops with a message naming it.
+set -u
+BUILD=${BUILD:-build}
+s="$BUILD/bin/strata"
+fail=0
+no() { echo "FAIL: $*"; fail=1; }
+for f in recipes/reproduce/*.lua; do
+  out=$("$s" plan "$f" 2>&1) || no "$f exited $?: $(tail -3 <<<"$out")"
+  grep -q "largest relative error" <<<"$out" || no "$f printed no summary"
+done
+"$s" plan recipes/reproduce/zero-table1.lua | grep -q "zero-table1: largest relative error 0.0%" ||
+  no "ZeRO Table 1 is not exact"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+cp recipes/quickstart.lua "$work/q.lua"
+out=$(cd "$work" && "$OLDPWD/$s" plan q.lua 2>&1) || no "plan of the quickstart exited $?: $out"
+grep -q "memory per device" <<<"$out" && grep -q "tokens/s" <<<"$out" || no "no plan printed: $out"
+[ -e "$work/runs" ] && no "plan mode trained (runs/ was written)"
+cat >"$work/bad1.lua" <<'R'
+require("strata").reproduce("zero-table9")
+R
+out=$("$s" plan "$work/bad1.lua" 2>&1) && no "unknown reproduction accepted"
+grep -q "no published result 'zero-table9' (known: zero-table1" <<<"$out" || no "message: $out"
+cat >"$work/bad2.lua" <<'R'
+require("strata").plan{model = {layers = 2, hidden = 64, heads = 4, seq = 64, vocab = 256},
+  cluster = {base = "dgx-a100-80gb", gpu_count = 3}}
+R
+out=$("$s" plan "$work/bad2.lua" 2>&1) && no "unknown cluster key accepted"
+grep -q "bad2.lua:1: plan: unknown cluster key 'gpu_count'" <<<"$out" || no "message: $out"
+cat >"$work/bad3.lua" <<'R'
+require("strata").plan{model = {layers = 2, hidden = 64, heads = 4, seq = 64, vocab = 256},
+  parallel = {tp_mode = "4d"}, cluster = "dgx-a100-80gb"}
+R
+out=$("$s" plan "$work/bad3.lua" 2>&1) && no "tp_mode 4d accepted"
+grep -q "tp_mode = 4d: expected one of 1d, 2d, 2.5d, 3d" <<<"$out" || no "message: $out"
+[ $fail = 0 ] && echo "strata plan: ok"
+exit $fail
