@@ -255,17 +255,23 @@ int tensor_alloc(tensor_ctx_t *ctx, tensor_t *t, tensor_dtype_t dtype, int devic
     memset(p, 0, bytes);
   } else {
 #if defined(STRATA_CUDA)
-    TRY(tcu_alloc(ctx, &p, bytes, device));
-    TRY(tcu_memset0(ctx, p, bytes, device));
+    void *d = NULL;
+    TRY(tcu_alloc(ctx, &d, bytes, device));
+    rc = tcu_memset0(ctx, d, bytes, device);
+    if (rc) {
+      tcu_free(ctx, d, device);
+      goto fail;
+    }
+    tmp.data = d;
 #else
     CHECK(0, STRATA_EUNSUPPORTED, "tensor_alloc: cuda:%d requested but strata was built without CUDA",
           device);
 #endif
   }
-  tmp.data = p;
+  if (p) tmp.data = p; /* host memory; device memory is already in tmp.data */
   tmp.owned = 1;
   *t = tmp;
-  p = NULL;
+  p = NULL; /* owned by *t now */
   tensor_mem_add(ctx, device, bytes);
 fail:
   if (p) free(p);
