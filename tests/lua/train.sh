@@ -92,5 +92,18 @@ awk -v v="$val" 'BEGIN { exit !(v != "" && v < 2.6) }' || fail "quickstart did n
 "$S" run -n 2 recipes/manual_loop.lua train.steps=10 out="$work/manual2/m" >"$work/m2.log" 2>&1 \
   || fail "manual loop on 2 ranks: $(tail -3 "$work/m2.log")"
 [ -s "$work/manual2/m-checkpoint.h5" ] || fail "manual loop wrote no checkpoint"
+# 7. llm.c shards through recipes/llmc.lua (a tiny model), and a vocabulary
+#    too small for the data refused before training.
+mkdir -p "$work/shards"
+"$S" run tests/lua/make_shards.lua dir="$work/shards" || fail "writing shards"
+tiny=(model.layers=1 model.hidden=32 model.heads=2 model.seq=32 model.vocab=1000 train.steps=10
+      optim.warmup=2 train.eval_every=5 train.eval_batches=2 metrics.plot=false checkpoint.final=false
+      data.path="$work/shards/train_*.bin" data.val_path="$work/shards/val_*.bin" run_dir="$work/l")
+"$S" run recipes/llmc.lua "${tiny[@]}" >"$work/l.log" 2>&1 || fail "llmc recipe: $(tail -3 "$work/l.log")"
+grep -q "validation loss" "$work/l.log" || fail "llmc recipe did not evaluate"
+"$S" run recipes/llmc.lua "${tiny[@]}" model.vocab=500 >"$work/l2.log" 2>"$work/l2.err"; rc=$?
+[ $rc = 2 ] && grep -q "model.vocab = 500: the data holds token 999 (vocabulary 1000)" "$work/l2.err" \
+  || fail "small vocabulary: exit $rc, $(cat "$work/l2.err")"
+
 echo "train: reduced quickstart val loss $val; $fails failed"
 [ $fails = 0 ]
