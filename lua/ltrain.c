@@ -535,15 +535,19 @@ static int l_train(lua_State *L) {
   long kill_step = kill_at ? atol(kill_at) : -1;
   r->last_flush = now();
   double t0 = now(), loss = NAN, val = NAN, tps = 0;
-  double t_row = t0, t_log = t0; /* tokens/s: averaged since the last row / log line */
+  /* tokens/s counts training time only (data, forward, backward, allreduce,
+   * update), not evaluation, checkpoints or metrics I/O: tt is its clock,
+   * and rates are averaged since the last metrics row / log line. */
+  double tt = 0, tt_row = 0, tt_log = 0;
   long done_since = 0, steps_row = 0, steps_log = 0;
   const double tokens_per_step = (double)r->dp * (double)r->batch * r->mc.seq;
   for (long step = start + 1; step <= r->steps; step++) {
     float lr = 0;
     optim_current_lr(r->opt, 0, &lr);
-    double gnorm = 0;
+    double gnorm = 0, s0 = now();
     loss = train_step(L, r, &gnorm);
     double t = now();
+    tt += t - s0;
     done_since++, steps_row++, steps_log++;
     int eval = (r->eval_every > 0 && step % r->eval_every == 0) || step == r->steps;
     double v = eval ? evaluate(L, r) : NAN;
@@ -553,8 +557,8 @@ static int l_train(lua_State *L) {
       par_gpt_memory(r->model, &cur, &peak);
       comm_counter_t cnt = {0};
       comm_counters(r->comm, COMM_K_ALLREDUCE, &cnt);
-      tps = tokens_per_step * (double)steps_row / (t - t_row);
-      t_row = t, steps_row = 0;
+      tps = tokens_per_step * (double)steps_row / (tt - tt_row);
+      tt_row = tt, steps_row = 0;
       double row[NMETRICS] = {(double)step, loss, v, lr, gnorm, tps, (double)peak,
                               (double)cnt.bytes_sent};
       memcpy(r->rows + (size_t)r->nrows * NMETRICS, row, sizeof row);
@@ -571,8 +575,8 @@ static int l_train(lua_State *L) {
       char etas[32], vals[32] = "";
       fmt_duration(etas, sizeof etas, eta);
       if (!isnan(val)) snprintf(vals, sizeof vals, " | val %.4f", val);
-      double shown = tokens_per_step * (double)steps_log / (t - t_log);
-      t_log = t, steps_log = 0;
+      double shown = tokens_per_step * (double)steps_log / (tt - tt_log);
+      tt_log = tt, steps_log = 0;
       if (r->tty)
         fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | mem %.1f MiB | ETA %s   ", step,
                 r->steps, loss, vals, shown / 1e3, (double)peak / (1 << 20), etas);
@@ -594,8 +598,9 @@ static int l_train(lua_State *L) {
     char el[32];
     fmt_duration(el, sizeof el, elapsed);
     long ran = r->steps - start;
-    double avg = ran > 0 ? (double)ran * r->dp * r->batch * r->mc.seq / elapsed : 0;
-    printf("strata: %s: %ld steps in %s (%.1fk tokens/s)\n", r->name, ran, el, avg / 1e3);
+    double avg = ran > 0 && tt > 0 ? (double)ran * tokens_per_step / tt : 0;
+    printf("strata: %s: %ld steps in %s (%.1fk tokens/s while training)\n", r->name, ran, el,
+           avg / 1e3);
     tps = avg;
     if (!isnan(val)) {
       if (r->entropy > 0)
