@@ -251,6 +251,14 @@ static int cmd_plot(int argc, char **argv) {
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
+  /* libtensor's OpenMP threads own the cores: idle ones must sleep, not
+   * spin against the working ones (about 30% of a training step on a shared
+   * machine). libgomp reads the policy once, before main, so set it and
+   * start again; ranks started by `run -n` inherit it. */
+  if (!getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+  }
   if (argc < 2) {
     fputs(usage, stderr);
     return STRATA_EXIT_USAGE;
