@@ -131,6 +131,15 @@ static void parse_cluster(lua_State *L, int t, par_cluster_t *c) {
     if (!strcmp(k, "base") || !strcmp(k, "name")) {
       if (!strcmp(k, "name") && lua_type(L, -1) == LUA_TSTRING)
         snprintf(c->name, sizeof c->name, "%s", lua_tostring(L, -1));
+    } else if (lua_type(L, -1) == LUA_TTABLE) { /* peak_flops = {fp32 = ...}, as in recipes/clusters */
+      lua_pushnil(L);
+      while (lua_next(L, -2)) {
+        char full[128];
+        snprintf(full, sizeof full, "%s.%s", k, lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
+        if (!lua_isnumber(L, -1) || par_cluster_set(c, full, lua_tonumber(L, -1)) != STRATA_OK)
+          luaL_error(L, "plan: unknown or non-numeric cluster key '%s'", full);
+        lua_pop(L, 1);
+      }
     } else if (!lua_isnumber(L, -1)) {
       luaL_error(L, "plan: cluster.%s must be a number", k);
     } else if (par_cluster_set(c, k, lua_tonumber(L, -1)) != STRATA_OK) {

@@ -35,5 +35,17 @@ require("strata").plan{model = {layers = 2, hidden = 64, heads = 4, seq = 64, vo
 R
 out=$("$s" plan "$work/bad3.lua" 2>&1) && no "tp_mode 4d accepted"
 grep -q "tp_mode = 4d: expected one of 1d, 2d, 2.5d, 3d" <<<"$out" || no "message: $out"
+# a cluster given as its Lua file plans exactly like the C preset of the same name
+for f in recipes/clusters/*.lua; do
+  name=$(basename "$f" .lua)
+  cat >"$work/cl.lua" <<R
+local s = require "strata"
+local m = {layers = 4, hidden = 256, heads = 8, seq = 128, vocab = 256}
+local a = s.plan{model = m, cluster = dofile("$f"), print = false}
+local b = s.plan{model = m, cluster = "$name", print = false}
+assert(a.time.step == b.time.step and a.mem.total == b.mem.total, "$name: Lua file and preset differ")
+R
+  out=$("$s" plan "$work/cl.lua" 2>&1) || no "cluster file $f: $out"
+done
 [ $fail = 0 ] && echo "strata plan: ok"
 exit $fail
