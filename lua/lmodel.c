@@ -339,21 +339,6 @@ static int opt_tostring(lua_State *L) {
   return 1;
 }
 
-static void newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
-                     lua_CFunction tostring) {
-  luaL_newmetatable(L, name);
-  lua_newtable(L);
-  luaL_setfuncs(L, methods, 0);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
-}
-
 int luaopen_strata_model(lua_State *L) {
   static const luaL_Reg gm[] = {{"forward", gpt_forward}, {"backward", gpt_backward},
                                 {"zero_grad", gpt_zero_grad}, {"params", gpt_params},
@@ -363,8 +348,8 @@ int luaopen_strata_model(lua_State *L) {
   static const luaL_Reg om[] = {{"clip", opt_clip}, {"step", opt_step}, {"lr", opt_lr},
                                 {"step_count", opt_get_step}, {"set_step_count", opt_set_step},
                                 {"state", opt_state}, {"close", opt_close}, {NULL, NULL}};
-  newclass(L, GPT_MT, gm, gpt_close, gpt_tostring);
-  newclass(L, OPT_MT, om, opt_close, opt_tostring);
+  lstrata_newclass(L, GPT_MT, gm, gpt_close, gpt_tostring);
+  lstrata_newclass(L, OPT_MT, om, opt_close, opt_tostring);
   static const luaL_Reg f[] = {{"gpt", gpt_new}, {"optimizer", opt_new}, {NULL, NULL}};
   luaL_newlib(L, f);
   return 1;

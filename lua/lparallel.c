@@ -540,25 +540,10 @@ static const luaL_Reg ckpt_methods[] = {
 
 /* ---------------------------------------------------------------- module */
 
-static void newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
-                     lua_CFunction tostring) {
-  luaL_newmetatable(L, name);
-  lua_newtable(L);
-  luaL_setfuncs(L, methods, 0);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, -2, "__gc");
-  lua_pushcfunction(L, close);
-  lua_setfield(L, -2, "__close");
-  lua_pushcfunction(L, tostring);
-  lua_setfield(L, -2, "__tostring");
-  lua_pop(L, 1);
-}
-
 int luaopen_strata_parallel(lua_State *L) {
-  newclass(L, DATA_MT, data_methods, data_close, data_tostring);
-  newclass(L, METRICS_MT, metrics_methods, metrics_close, metrics_tostring);
-  newclass(L, CKPT_MT, ckpt_methods, ckpt_close, ckpt_tostring);
+  lstrata_newclass(L, DATA_MT, data_methods, data_close, data_tostring);
+  lstrata_newclass(L, METRICS_MT, metrics_methods, metrics_close, metrics_tostring);
+  lstrata_newclass(L, CKPT_MT, ckpt_methods, ckpt_close, ckpt_tostring);
   lua_newtable(L);
   luaL_Reg data_f[] = {{"open", data_open}, {NULL, NULL}};
   luaL_newlib(L, data_f);

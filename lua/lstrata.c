@@ -359,6 +359,23 @@ static void merge(lua_State *L, int idx) {
   lua_pop(L, 1);
 }
 
+/* A handle type in the liolib.c manner: methods in __index, one idempotent
+ * close shared by __gc and __close, and __tostring. */
+void lstrata_newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
+                      lua_CFunction tostring) {
+  luaL_newmetatable(L, name);
+  lua_newtable(L);
+  luaL_setfuncs(L, methods, 0);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, -2, "__gc");
+  lua_pushcfunction(L, close);
+  lua_setfield(L, -2, "__close");
+  lua_pushcfunction(L, tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_pop(L, 1);
+}
+
 /* The module: C parts first, then the embedded Lua chunks in order, each
  * called with the module table and free to add fields to it. */
 int luaopen_strata(lua_State *L) {

@@ -27,6 +27,10 @@ int luaopen_strata_plan(lua_State *L);     /* the planner: plan, plan_search, re
 /* `strata plan`: strata.experiment (module table at `module`) predicts instead of training. */
 void lplan_enter_plan_mode(lua_State *L, int module);
 
+/* Registers the metatable `name` of a handle type: methods, __gc = __close = close, __tostring. */
+void lstrata_newclass(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction close,
+                      lua_CFunction tostring);
+
 /* Pushes `nil, msg, code` (liolib's convention for expected failures). */
 int lstrata_fail(lua_State *L, const char *msg, int code);
 
