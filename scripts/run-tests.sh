@@ -36,7 +36,7 @@ run_criterion() {
   if [ -z "$syn" ]; then
     cat "$log"; failed=$((failed + 1)); failures+=("$bin (no Synthesis line, exit $rc)"); return
   fi
-  passed=$((passed + p)); failed=$((failed + f))
+  passed=$((passed + p)); failed=$((failed + f + c))  # a crash is a failure too
   echo "   $syn"
   if [ "$f" != 0 ] || [ "$c" != 0 ] || [ $rc != 0 ]; then
     grep -a -v '^\[----\] *$' "$log" | grep -a -E 'FAIL|CRASH|Assertion|error|failed' | head -60
