@@ -174,27 +174,40 @@ static int report_mismatch(comm_t *c, comm_request_t *r) {
 static int recv_length_check(comm_t *c, int mrc, const MPI_Status *st, size_t expect,
                              comm_dtype_t dt, int peer, int tag);
 
-static int post_mpi(comm_t *c, comm_request_t *r, const op_args_t *a, int **cnts) {
+/* The send argument MPI gets: MPI_IN_PLACE where libcomm's in-place
+ * convention applies (recv == send; for allgather(v), send already sitting
+ * at this rank's block of recv), else send itself. */
+static const void *mpi_send_arg(const comm_t *c, const op_args_t *a, size_t displ) {
+  size_t es = comm_dtype_size(a->dt);
+  switch (a->kind) {
+  case COMM_K_ALLREDUCE:
+  case COMM_K_REDUCE_SCATTER:
+  case COMM_K_ALLTOALL: return a->send == a->recv ? MPI_IN_PLACE : a->send;
+  case COMM_K_REDUCE:
+    return c->rank == a->root && a->send == a->recv ? MPI_IN_PLACE : a->send;
+  case COMM_K_ALLGATHER:
+  case COMM_K_ALLGATHERV:
+    return a->send == (const char *)a->recv + displ * es ? MPI_IN_PLACE : a->send;
+  default: return a->send;
+  }
+}
+
+static int post_mpi(comm_t *c, comm_request_t *r, const op_args_t *a) {
   MPI_Datatype dt = comm_mpi_dtype(a->dt);
   MPI_Op op = MPI_OP_NULL;
-  int n = (int)a->count, es = (int)comm_dtype_size(a->dt), mrc = MPI_SUCCESS;
-  const void *send = a->send;
+  int n = (int)a->count, mrc = MPI_SUCCESS;
+  const void *send = mpi_send_arg(c, a, (size_t)c->rank * a->count);
   MPI_Request *q = &r->mreq[0];
   if (has_op(a->kind)) comm_mpi_op(a->dt, a->op == COMM_AVG ? COMM_SUM : a->op, &op);
   switch (a->kind) {
-  case COMM_K_ALLREDUCE:
-    mrc = MPI_Iallreduce(send == a->recv ? MPI_IN_PLACE : send, a->recv, n, dt, op, c->mpi, q);
-    break;
+  case COMM_K_ALLREDUCE: mrc = MPI_Iallreduce(send, a->recv, n, dt, op, c->mpi, q); break;
   case COMM_K_REDUCE:
-    if (c->rank == a->root && send == a->recv) send = MPI_IN_PLACE;
     mrc = MPI_Ireduce(send, c->rank == a->root ? a->recv : NULL, n, dt, op, a->root, c->mpi, q);
     break;
   case COMM_K_BROADCAST: mrc = MPI_Ibcast(a->recv, n, dt, a->root, c->mpi, q); break;
-  case COMM_K_ALLGATHER:
-    if (send == (const char *)a->recv + (size_t)c->rank * a->count * es) send = MPI_IN_PLACE;
-    mrc = MPI_Iallgather(send, n, dt, a->recv, n, dt, c->mpi, q);
-    break;
+  case COMM_K_ALLGATHER: mrc = MPI_Iallgather(send, n, dt, a->recv, n, dt, c->mpi, q); break;
   case COMM_K_ALLGATHERV: {
+    /* MPI wants int counts and displacements that live until completion */
     int *cv = malloc(sizeof(int) * 2 * (size_t)c->size);
     if (!cv) return comm_fail(c, STRATA_ENOMEM, "allgatherv: out of memory");
     size_t off = 0;
@@ -203,17 +216,14 @@ static int post_mpi(comm_t *c, comm_request_t *r, const op_args_t *a, int **cnts
       cv[c->size + i] = (int)off;
       off += a->counts[i];
     }
-    *cnts = cv;
-    if (send == (const char *)a->recv + (size_t)cv[c->size + c->rank] * es) send = MPI_IN_PLACE;
+    r->counts = cv;
+    send = mpi_send_arg(c, a, (size_t)cv[c->size + c->rank]);
     mrc = MPI_Iallgatherv(send, cv[c->rank], dt, a->recv, cv, cv + c->size, dt, c->mpi, q);
   } break;
   case COMM_K_REDUCE_SCATTER:
-    mrc = MPI_Ireduce_scatter_block(send == a->recv ? MPI_IN_PLACE : send, a->recv, n, dt, op,
-                                    c->mpi, q);
+    mrc = MPI_Ireduce_scatter_block(send, a->recv, n, dt, op, c->mpi, q);
     break;
-  case COMM_K_ALLTOALL:
-    mrc = MPI_Ialltoall(send == a->recv ? MPI_IN_PLACE : send, n, dt, a->recv, n, dt, c->mpi, q);
-    break;
+  case COMM_K_ALLTOALL: mrc = MPI_Ialltoall(send, n, dt, a->recv, n, dt, c->mpi, q); break;
   case COMM_K_SEND: mrc = MPI_Isend(send, n, dt, a->peer, a->tag, c->mpi, q); break;
   case COMM_K_RECV: mrc = MPI_Irecv(a->recv, n, dt, a->peer, a->tag, c->mpi, q); break;
   case COMM_K_BARRIER: mrc = MPI_Ibarrier(c->mpi, q); break;
@@ -229,35 +239,22 @@ static int post_mpi(comm_t *c, comm_request_t *r, const op_args_t *a, int **cnts
 static int run_mpi_blocking(comm_t *c, const op_args_t *a, MPI_Status *st) {
   MPI_Datatype dt = comm_mpi_dtype(a->dt);
   MPI_Op op = MPI_OP_NULL;
-  int n = (int)a->count, es = (int)comm_dtype_size(a->dt), mrc = MPI_SUCCESS;
-  const void *send = a->send;
+  int n = (int)a->count;
+  const void *send = mpi_send_arg(c, a, (size_t)c->rank * a->count);
   if (has_op(a->kind)) comm_mpi_op(a->dt, a->op == COMM_AVG ? COMM_SUM : a->op, &op);
   switch (a->kind) {
-  case COMM_K_ALLREDUCE:
-    mrc = MPI_Allreduce(send == a->recv ? MPI_IN_PLACE : send, a->recv, n, dt, op, c->mpi);
-    break;
+  case COMM_K_ALLREDUCE: return MPI_Allreduce(send, a->recv, n, dt, op, c->mpi);
   case COMM_K_REDUCE:
-    if (c->rank == a->root && send == a->recv) send = MPI_IN_PLACE;
-    mrc = MPI_Reduce(send, c->rank == a->root ? a->recv : NULL, n, dt, op, a->root, c->mpi);
-    break;
-  case COMM_K_BROADCAST: mrc = MPI_Bcast(a->recv, n, dt, a->root, c->mpi); break;
-  case COMM_K_ALLGATHER:
-    if (send == (const char *)a->recv + (size_t)c->rank * a->count * es) send = MPI_IN_PLACE;
-    mrc = MPI_Allgather(send, n, dt, a->recv, n, dt, c->mpi);
-    break;
-  case COMM_K_REDUCE_SCATTER:
-    mrc = MPI_Reduce_scatter_block(send == a->recv ? MPI_IN_PLACE : send, a->recv, n, dt, op,
-                                   c->mpi);
-    break;
-  case COMM_K_ALLTOALL:
-    mrc = MPI_Alltoall(send == a->recv ? MPI_IN_PLACE : send, n, dt, a->recv, n, dt, c->mpi);
-    break;
-  case COMM_K_SEND: mrc = MPI_Send(send, n, dt, a->peer, a->tag, c->mpi); break;
-  case COMM_K_RECV: mrc = MPI_Recv(a->recv, n, dt, a->peer, a->tag, c->mpi, st); break;
-  case COMM_K_BARRIER: mrc = MPI_Barrier(c->mpi); break;
-  default: mrc = MPI_ERR_OP; break; /* allgatherv goes through the request path */
+    return MPI_Reduce(send, c->rank == a->root ? a->recv : NULL, n, dt, op, a->root, c->mpi);
+  case COMM_K_BROADCAST: return MPI_Bcast(a->recv, n, dt, a->root, c->mpi);
+  case COMM_K_ALLGATHER: return MPI_Allgather(send, n, dt, a->recv, n, dt, c->mpi);
+  case COMM_K_REDUCE_SCATTER: return MPI_Reduce_scatter_block(send, a->recv, n, dt, op, c->mpi);
+  case COMM_K_ALLTOALL: return MPI_Alltoall(send, n, dt, a->recv, n, dt, c->mpi);
+  case COMM_K_SEND: return MPI_Send(send, n, dt, a->peer, a->tag, c->mpi);
+  case COMM_K_RECV: return MPI_Recv(a->recv, n, dt, a->peer, a->tag, c->mpi, st);
+  case COMM_K_BARRIER: return MPI_Barrier(c->mpi);
+  default: return MPI_ERR_OP; /* allgatherv goes through the request path */
   }
-  return mrc;
 }
 
 /* Turns the MPI code of a finished operation into a status. */
@@ -305,7 +302,7 @@ static int device_side(comm_t *c, const op_args_t *a, int *on_device) {
 /* Validates and posts; for a blocking call without watchdog, also runs it
  * (*done = 1). The caller owns *out and passes it to finish(). */
 static int start(comm_t *c, const op_args_t *a, int blocking, comm_request_t **out, int *done) {
-  int rc, on_device = 0, *cnts = NULL;
+  int rc, on_device = 0;
   comm_request_t *r = NULL;
   *out = NULL;
   *done = 0;
@@ -390,13 +387,12 @@ static int start(comm_t *c, const op_args_t *a, int blocking, comm_request_t **o
     if (rc != STRATA_OK) goto fail;
     *done = 1;
   } else {
-    if ((rc = post_mpi(c, r, a, &cnts)) != STRATA_OK) goto fail;
-    r->event = cnts; /* host requests reuse the slot for the allgatherv arrays */
+    if ((rc = post_mpi(c, r, a)) != STRATA_OK) goto fail;
   }
   *out = r;
   return STRATA_OK;
 fail:
-  free(cnts);
+  if (r) free(r->counts);
   free(r);
   return rc;
 }
@@ -404,9 +400,8 @@ fail:
 static void request_free(comm_request_t *r) {
 #ifdef STRATA_CUDA
   if (r->on_device) comm_nccl_event_free(r->event);
-  else
 #endif
-    free(r->event);
+  free(r->counts);
   free(r);
 }
 

@@ -50,6 +50,7 @@ struct comm_request {
   int nreq;
   int on_device;   /* NCCL operation: completes through its CUDA event */
   void *event;     /* cudaEvent_t, when on_device */
+  int *counts;     /* allgatherv on MPI: int counts and displacements (owned) */
   double t0;
   uint64_t sent, recvd;
   /* AVG needs a division after the sum completes */
