@@ -91,6 +91,20 @@ static hid_t mpio_fapl(MPI_Comm comm) {
   return fapl;
 }
 
+/* The end of create and open: agree on the outcome across ranks; on failure
+ * copy the message out and release everything, else hand the checkpoint over. */
+static int ckpt_settle(par_ckpt_t *c, int rc, par_ckpt_t **out, char *err, size_t errlen) {
+  rc = sync_status(c, rc);
+  if (rc != STRATA_OK) {
+    if (err && errlen) snprintf(err, errlen, "%s", c->err);
+    if (c->file >= 0) H5Fclose(c->file);
+    ckpt_free(c);
+    return rc;
+  }
+  *out = c;
+  return STRATA_OK;
+}
+
 int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, size_t errlen) {
   par_ckpt_t *c = NULL;
   char h5[256];
@@ -112,15 +126,7 @@ int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err
   }
   if (fcpl >= 0) H5Pclose(fcpl);
   if (fapl >= 0) H5Pclose(fapl);
-  rc = sync_status(c, rc);
-  if (rc != STRATA_OK) {
-    if (err && errlen) snprintf(err, errlen, "%s", c->err);
-    if (c->file >= 0) H5Fclose(c->file);
-    ckpt_free(c);
-    return rc;
-  }
-  *out = c;
-  return STRATA_OK;
+  return ckpt_settle(c, rc, out, err, errlen);
 }
 
 int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, size_t errlen) {
@@ -142,15 +148,7 @@ int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, 
     rc = STRATA_ECORRUPT;
   }
   if (fapl >= 0) H5Pclose(fapl);
-  rc = sync_status(c, rc);
-  if (rc != STRATA_OK) {
-    if (err && errlen) snprintf(err, errlen, "%s", c->err);
-    if (c->file >= 0) H5Fclose(c->file);
-    ckpt_free(c);
-    return rc;
-  }
-  *out = c;
-  return STRATA_OK;
+  return ckpt_settle(c, rc, out, err, errlen);
 }
 
 static int64_t total_of(int ndim, const int64_t *shape) {
