@@ -172,8 +172,21 @@ __global__ void k_attn_bwd(float *dqkv, const float *dout, const float *qkv, con
   }
 }
 
-static int smem_opt_in(tensor_ctx_t *ctx, const void *kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
+/* The tiles of one block live in shared memory, so the head size is bounded
+ * by the device's opt-in limit (227 KiB on H100: head sizes up to 599 in the
+ * backward); the grid puts heads in y and batches in z (at most 65535 each). */
+static int attn_launch_check(tensor_ctx_t *ctx, const char *fn, const void *kernel, size_t bytes,
+                             int B, int NH, int hs, int device) {
+  int optin = 0;
+  if (B > 65535 || NH > 65535)
+    return tensor_seterr(ctx, STRATA_EUNSUPPORTED,
+                         "%s: batch %d and heads %d must each be <= 65535 on CUDA", fn, B, NH);
+  CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > (size_t)optin)
+    return tensor_seterr(ctx, STRATA_EUNSUPPORTED,
+                         "%s: head size %d needs %zu bytes of shared memory per block; cuda:%d allows %d",
+                         fn, hs, bytes, device, optin);
+  if (bytes > 48 * 1024) /* above the default, a kernel must opt in */
     CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
   return STRATA_OK;
 }
@@ -185,7 +198,8 @@ extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, 
   if (rc) return rc;
   int hs = C / NH;
   size_t smem = sizeof(float) * ((size_t)2 * BR * hs + 2 * BC * (hs + 1) + BR * BC + 3 * BR);
-  rc = smem_opt_in(ctx, (const void *)k_attn_fwd, smem);
+  rc = attn_launch_check(ctx, "tensor_attention_forward", (const void *)k_attn_fwd, smem, B, NH, hs,
+                         s->device);
   if (rc) return rc;
   dim3 grid((T + BR - 1) / BR, NH, B);
   k_attn_fwd<<<grid, NT, smem>>>(out, lse, qkv, T, C, NH, 1.f / sqrtf((float)hs));
@@ -201,15 +215,16 @@ extern "C" int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const floa
   if (rc) return rc;
   int hs = C / NH;
   int64_t rows = (int64_t)B * NH * T;
+  size_t smem = sizeof(float) * ((size_t)2 * BC * (hs + 1) + 2 * BC * hs + 2 * BR * hs + 2 * BR * BC);
+  rc = attn_launch_check(ctx, "tensor_attention_backward", (const void *)k_attn_bwd, smem, B, NH, hs,
+                         s->device);
+  if (rc) return rc;
   void *scr;
   rc = tcu_scratch(ctx, (size_t)rows * sizeof(float), &scr);
   if (rc) return rc;
   float *D = (float *)scr;
   k_attn_D<<<(unsigned)((rows + 7) / 8), 256>>>(D, dout, out, B, T, C, NH);
   LAUNCHED();
-  size_t smem = sizeof(float) * ((size_t)2 * BC * (hs + 1) + 2 * BC * hs + 2 * BR * hs + 2 * BR * BC);
-  rc = smem_opt_in(ctx, (const void *)k_attn_bwd, smem);
-  if (rc) return rc;
   dim3 grid((T + BC - 1) / BC, NH, B);
   k_attn_bwd<<<grid, NT, smem>>>(dqkv, dout, qkv, lse, D, T, C, NH, 1.f / sqrtf((float)hs));
   LAUNCHED();
