@@ -135,8 +135,9 @@ extern "C" int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwp
 
 /* ---- softmax cross-entropy: one block per row ---- */
 
-__global__ void k_xent_fwd(float *losses, float *lse, const float *logits, const int32_t *targets,
-                           int V) {
+/* A target >= V (the CPU path rejects it before computing) raises *flag. */
+__global__ void k_xent_fwd(float *losses, float *lse, int *flag, const float *logits,
+                           const int32_t *targets, int V) {
   __shared__ float sh[32];
   int64_t r = blockIdx.x;
   const float *z = logits + r * V;
@@ -151,14 +152,16 @@ __global__ void k_xent_fwd(float *losses, float *lse, const float *logits, const
     int t = targets[r];
     lse[r] = l;
     losses[r] = t >= 0 && t < V ? l - z[t] : 0.f;
+    if (t >= V) *flag = 1;
   }
 }
 
-__global__ void k_xent_bwd(float *dlogits, const float *logits, const float *lse,
+__global__ void k_xent_bwd(float *dlogits, int *flag, const float *logits, const float *lse,
                            const int32_t *targets, int V, float dloss) {
   int64_t r = blockIdx.x;
   int t = targets[r];
-  if (t < 0) return;
+  if (t >= V && threadIdx.x == 0) *flag = 1;
+  if (t < 0 || t >= V) return;
   const float *z = logits + r * V;
   float *d = dlogits + r * V, l = lse[r];
   for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] += dloss * (expf(z[i] - l) - (i == t ? 1.f : 0.f));
@@ -167,15 +170,23 @@ __global__ void k_xent_bwd(float *dlogits, const float *logits, const float *lse
 extern "C" int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
                                 const int32_t *targets, int64_t rows, int V) {
   STATE();
-  k_xent_fwd<<<(unsigned)rows, 512>>>(losses, lse, logits, targets, V);
+  int flag = 0;
+  CU(cudaMemset(s->flag, 0, sizeof(int)));
+  k_xent_fwd<<<(unsigned)rows, 512>>>(losses, lse, s->flag, logits, targets, V);
   LAUNCHED();
+  CU(cudaMemcpy(&flag, s->flag, sizeof(int), cudaMemcpyDeviceToHost));
+  if (flag) return tensor_seterr(ctx, STRATA_EINVAL, "tensor_xent_forward: a target is >= V = %d", V);
   return STRATA_OK;
 }
 
 extern "C" int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
                                  const int32_t *targets, int64_t rows, int V, float dloss) {
   STATE();
-  k_xent_bwd<<<(unsigned)rows, 512>>>(dlogits, logits, lse, targets, V, dloss);
+  int flag = 0;
+  CU(cudaMemset(s->flag, 0, sizeof(int)));
+  k_xent_bwd<<<(unsigned)rows, 512>>>(dlogits, s->flag, logits, lse, targets, V, dloss);
   LAUNCHED();
+  CU(cudaMemcpy(&flag, s->flag, sizeof(int), cudaMemcpyDeviceToHost));
+  if (flag) return tensor_seterr(ctx, STRATA_EINVAL, "tensor_xent_backward: a target is >= V = %d", V);
   return STRATA_OK;
 }
