@@ -216,6 +216,11 @@ int tensor_check(tensor_ctx_t *ctx, const char *fn, const char *what, const tens
   if (t->device != TENSOR_CPU)
     return tensor_seterr(ctx, STRATA_EUNSUPPORTED, "%s: %s is on cuda:%d but strata was built without CUDA",
                          fn, what, t->device);
+#else
+  /* Kernels and cuBLAS run on the context's device (its handle and scratch). */
+  if (ctx && t->device != TENSOR_CPU && t->device != ctx->device)
+    return tensor_seterr(ctx, STRATA_ESHAPE, "%s: %s is %s but the context runs on cuda:%d", fn, what,
+                         tensor_describe(t, d, sizeof d), ctx->device);
 #endif
   return STRATA_OK;
 }

@@ -79,9 +79,16 @@ extern "C" int tcu_sync(tensor_ctx_t *ctx) {
 }
 
 extern "C" int tcu_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device) {
-  if (tcu_device_count() <= device)
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return tensor_seterr(ctx, STRATA_EUNSUPPORTED, "cuda:%d requested but no CUDA device is usable: %s",
+                         device, cudaGetErrorString(e));
+  }
+  if (n <= device)
     return tensor_seterr(ctx, STRATA_EUNSUPPORTED, "cuda:%d requested but %d CUDA devices are present",
-                         device, tcu_device_count());
+                         device, n);
   CU(cudaSetDevice(device));
   CU(cudaMalloc(p, bytes));
   return STRATA_OK;
@@ -161,10 +168,11 @@ extern "C" int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, 
   if (tensor_ctx_bf16_matmul(ctx) && adt == TENSOR_F32 && bdt == TENSOR_F32) {
     int64_t na = (sa ? sa * (batch - 1) : 0) + (int64_t)(ta ? K : M) * lda;
     int64_t nb = (sb ? sb * (batch - 1) : 0) + (int64_t)(tb ? N : K) * ldb;
+    int64_t na_pad = (na + 127) / 128 * 128; /* B's copy starts 256-byte aligned, as cudaMalloc's */
     void *scr;
-    rc = tcu_scratch(ctx, (size_t)(na + nb) * 2, &scr);
+    rc = tcu_scratch(ctx, (size_t)(na_pad + nb) * 2, &scr);
     if (rc) return rc;
-    __nv_bfloat16 *a16 = (__nv_bfloat16 *)scr, *b16 = a16 + na;
+    __nv_bfloat16 *a16 = (__nv_bfloat16 *)scr, *b16 = a16 + na_pad;
     k_cast<<<blocks_for(na, 256), 256>>>(a16, TENSOR_BF16, A, TENSOR_F32, na);
     k_cast<<<blocks_for(nb, 256), 256>>>(b16, TENSOR_BF16, B, TENSOR_F32, nb);
     LAUNCHED();
