@@ -371,11 +371,27 @@ static int start(comm_t *c, const op_args_t *a, int blocking, comm_request_t **o
       }
     }
   }
-  if (on_device) {
+  if (on_device && !is_collective(a->kind)) {
 #ifdef STRATA_CUDA
-    rc = comm_nccl_start(c, a->kind, a->recv, a->send, a->count, a->dt,
-                         a->op == COMM_AVG ? COMM_AVG : a->op, a->root, a->counts, a->peer,
-                         &r->event, c->err, sizeof c->err);
+    /* Queued, and posted with the other queued sends and receives of c as one
+     * NCCL group: now when blocking, else by the next wait, test or device
+     * operation on c. A failure to post reaches finish() through post_rc. */
+    r->on_device = 1;
+    r->p2p_buf = a->kind == COMM_K_SEND ? (void *)a->send : a->recv;
+    if (c->p2p_tail)
+      c->p2p_tail->p2p_next = r;
+    else
+      c->p2p_head = r;
+    c->p2p_tail = r;
+    if (blocking) comm_nccl_p2p_flush(c);
+#endif
+  } else if (on_device) {
+#ifdef STRATA_CUDA
+    /* queued sends and receives go first: NCCL needs every rank's operations
+     * on a communicator in the same order */
+    if ((rc = comm_nccl_p2p_flush(c)) != STRATA_OK) goto fail;
+    rc = comm_nccl_start(c, a->kind, a->recv, a->send, a->count, a->dt, a->op, a->root, a->counts,
+                         a->peer, &r->event, c->err, sizeof c->err);
     if (rc != STRATA_OK) goto fail;
     r->on_device = 1;
     r->avg_buf = NULL; /* NCCL averages natively */
@@ -392,7 +408,16 @@ static int start(comm_t *c, const op_args_t *a, int blocking, comm_request_t **o
   *out = r;
   return STRATA_OK;
 fail:
-  if (r) free(r->counts);
+  if (r) {
+    /* A posted argument check writes into r until it completes: wait for it
+     * (the other ranks post theirs in any collective), unless it timed out,
+     * which failed c; then r stays allocated for MPI to write into. */
+    if (r->mreq[1] != MPI_REQUEST_NULL) {
+      if (c->failed) return rc;
+      MPI_Wait(&r->mreq[1], MPI_STATUS_IGNORE);
+    }
+    free(r->counts);
+  }
   free(r);
   return rc;
 }
@@ -418,10 +443,12 @@ static int finish(comm_request_t *r, int done) {
     c->busy_seq = r->sig.seq;
     if (r->on_device) {
 #ifdef STRATA_CUDA
-      if (check_pending)
+      if (!r->event && r->post_rc == STRATA_OK) comm_nccl_p2p_flush(c); /* a queued send/recv */
+      rc = r->post_rc;
+      if (rc == STRATA_OK && check_pending)
         rc = comm_watch_wait(c, 1, &r->mreq[1], NULL, &mrc, r->kind, r->sig.seq);
-      if (rc == STRATA_OK && mrc == MPI_SUCCESS)
-        rc = comm_nccl_event_wait(c, r->event, r->kind);
+      if (rc == STRATA_OK && mrc != MPI_SUCCESS) rc = comm_fail_mpi(c, mrc, "argument check");
+      if (rc == STRATA_OK) rc = comm_nccl_event_wait(c, r->event, r->kind);
 #endif
     } else if (c->cfg.timeout_s > 0) {
       rc = comm_watch_wait(c, 2, r->mreq, &st, &mrc, r->kind, r->sig.seq);
@@ -431,14 +458,19 @@ static int finish(comm_request_t *r, int done) {
       if (mrc == MPI_SUCCESS) mrc = m2;
     }
     c->busy_kind = -1;
-    if (rc == STRATA_OK)
+    /* (NCCL receives exactly count elements: no status to check on the device) */
+    if (rc == STRATA_OK && !r->on_device)
       rc = mpi_outcome(c, r->kind, mrc, &st, r->expect_count, r->dtype, r->peer, r->tag);
     if (rc == STRATA_OK && check_pending &&
         (r->check_in[0] != r->check[0] || r->check_in[1] != r->check[1])) {
       rc = report_mismatch(c, r);
       c->failed = 1; /* the operation itself ran with disagreeing arguments */
     }
-    if (rc == STRATA_ETIMEOUT) c->failed = 1;
+    if (rc == STRATA_ETIMEOUT) {
+      c->failed = 1;
+      /* MPI may still write into r (the check) or read r->counts: leave it */
+      if (r->mreq[0] != MPI_REQUEST_NULL || r->mreq[1] != MPI_REQUEST_NULL) return rc;
+    }
   }
   if (rc == STRATA_OK) {
     if (r->avg_buf) comm_divide(r->avg_buf, r->avg_count, r->avg_dtype, c->size);
@@ -482,9 +514,16 @@ int comm_test(comm_request_t **req, int *done) {
   comm_watch_serve(r->c);
   if (r->on_device) {
 #ifdef STRATA_CUDA
-    int rc = comm_nccl_query(r->event, &flag, r->c->err, sizeof r->c->err);
-    if (rc != STRATA_OK) return rc;
-    if (flag && r->mreq[1] != MPI_REQUEST_NULL) MPI_Test(&r->mreq[1], &flag, MPI_STATUS_IGNORE);
+    if (!r->event && r->post_rc == STRATA_OK) comm_nccl_p2p_flush(r->c); /* a queued send/recv */
+    if (r->post_rc != STRATA_OK) {
+      flag = 1; /* finish() reports it */
+    } else {
+      int rc = comm_nccl_query(r->event, &flag, r->c->err, sizeof r->c->err);
+      if (rc != STRATA_OK) return rc;
+      /* get_status, not MPI_Test: finish() compares the check's result */
+      if (flag && r->mreq[1] != MPI_REQUEST_NULL)
+        MPI_Request_get_status(r->mreq[1], &flag, MPI_STATUS_IGNORE);
+    }
 #endif
   } else {
     MPI_Status st[2];

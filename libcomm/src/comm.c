@@ -129,6 +129,9 @@ int comm_split(comm_t **out, comm_t *c, int color, int key) {
 void comm_destroy(comm_t *c) {
   if (!c) return;
 #ifdef STRATA_CUDA
+  /* device sends/receives still queued belong to requests the caller never
+   * completed; they are dropped with the NCCL communicator */
+  c->p2p_head = c->p2p_tail = NULL;
   comm_nccl_destroy(c->nccl);
 #endif
   int fin = 0;

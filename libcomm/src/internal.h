@@ -32,6 +32,12 @@ struct comm {
   int reply_slot;
   int cuda_devices;        /* 0 when no GPU (device buffers impossible) */
   struct comm_nccl *nccl;  /* created on the first device collective */
+  /* Device sends and receives started but not yet handed to NCCL, in call
+   * order: NCCL needs a send and its matching receive in one group (to self,
+   * or both directions of an exchange), so non-blocking ones are posted
+   * together, as one group, by the next wait, test or device operation on
+   * this communicator. */
+  struct comm_request *p2p_head, *p2p_tail;
 };
 
 /* The signature ranks agree on before a collective. */
@@ -49,7 +55,10 @@ struct comm_request {
   int64_t check[2], check_in[2];
   int nreq;
   int on_device;   /* NCCL operation: completes through its CUDA event */
-  void *event;     /* cudaEvent_t, when on_device */
+  void *event;     /* cudaEvent_t, when on_device (NULL: a send/recv not posted yet) */
+  void *p2p_buf;   /* device send/recv: the buffer */
+  struct comm_request *p2p_next; /* the communicator's queue of unposted device sends/recvs */
+  int post_rc;     /* device send/recv: the status of posting its group (STRATA_OK) */
   int *counts;     /* allgatherv on MPI: int counts and displacements (owned) */
   double t0;
   uint64_t sent, recvd;
@@ -95,6 +104,10 @@ int comm_nccl_is_device(const void *p);
 int comm_nccl_start(comm_t *c, comm_kind_t kind, void *recv, const void *send, size_t count,
                     comm_dtype_t dt, comm_op_t op, int root, const size_t *counts, int peer,
                     void **event, char *err, size_t errlen);
+/* Posts the queued device sends and receives of c as one NCCL group and
+ * gives each its completion event; empties the queue. On failure every
+ * queued request gets post_rc = the status (c->err says why). */
+int comm_nccl_p2p_flush(comm_t *c);
 int comm_nccl_query(void *event, int *done, char *err, size_t errlen);
 int comm_nccl_event_wait(comm_t *c, void *event, comm_kind_t kind);
 void comm_nccl_event_free(void *event);

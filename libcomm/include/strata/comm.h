@@ -156,7 +156,21 @@ STRATA_API void comm_counters_reset(comm_t *c);
  * All ranks of c call the same collectives in the same order with matching
  * arguments (checked when cfg.check_args). Buffers on a CUDA device go
  * through NCCL (a build without CUDA returns STRATA_EUNSUPPORTED for them);
- * host buffers through MPI. "In place" means recv == send. */
+ * host buffers through MPI. "In place" means recv == send.
+ *
+ * Device buffers: the operation runs on the communicator's own CUDA stream,
+ * after all work queued before the call on the legacy default stream (and so
+ * on every blocking stream; work on a stream created non-blocking must be
+ * synchronised by the caller); a blocking call returns, and wait/test report
+ * done, once it has completed on the device. The first device operation on
+ * a communicator creates its NCCL communicator and so must be called by all
+ * of its ranks. Sends and receives ignore the tag (NCCL matches them in call
+ * order per peer) and cannot report a length mismatch; the non-blocking ones
+ * are posted together as one NCCL group by the next wait, test or device
+ * operation on c, so that an exchange (isend + irecv on both sides, or with
+ * oneself) completes. AVG of f16/bf16/f32/f64 multiplies by 1/size before
+ * summing (NCCL's ncclAvg), which may round differently from the host path's
+ * sum-then-divide. */
 
 /* recv[i] = op over ranks of send[i], i < count. In place allowed. */
 STRATA_API int comm_allreduce(comm_t *c, void *recv, const void *send, size_t count,

@@ -1,19 +1,23 @@
 // Device buffers through NCCL. One NCCL communicator per libcomm
-// communicator, created on its first device operation (a collective call, so
-// every rank creates it together): rank 0 makes the unique id and MPI
-// broadcasts it. Operations run on the communicator's own stream; a CUDA
-// event marks completion for wait/test.
+// communicator, created on its first device operation (every rank of the
+// communicator must make that call: rank 0 makes the unique id and MPI
+// broadcasts it). Operations run on the communicator's own stream, after the
+// work already queued on the legacy default stream (and so on every blocking
+// stream); a CUDA event marks completion for wait/test. Sends and receives
+// are posted in NCCL groups (see comm_nccl_p2p_flush).
 #include "../internal.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 struct comm_nccl {
   ncclComm_t comm;
   cudaStream_t stream;
+  cudaEvent_t ready; /* recorded on the legacy default stream before each operation */
 };
 
 extern "C" int comm_nccl_device_count(void) {
@@ -28,7 +32,7 @@ extern "C" int comm_nccl_device_count(void) {
 extern "C" int comm_nccl_is_device(const void *p) {
   cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-    cudaGetLastError();
+    cudaGetLastError(); /* not sticky, but the next cudaGetLastError of the caller would see it */
     return 0;
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
@@ -42,11 +46,15 @@ static ncclDataType_t nccl_dtype(comm_dtype_t dt) {
   case COMM_BF16: return ncclBfloat16;
   case COMM_I32: return ncclInt32;
   case COMM_I64: return ncclInt64;
-  default: return ncclUint8;
+  case COMM_U8: return ncclUint8;
+  default: return ncclUint8; /* unreachable: check_args refused it */
   }
 }
 
 static ncclRedOp_t nccl_op(comm_op_t op) {
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 10, 0)
+#error "libcomm needs NCCL 2.10 or later (ncclAvg)"
+#endif
   return op == COMM_MAX ? ncclMax : op == COMM_MIN ? ncclMin : op == COMM_AVG ? ncclAvg : ncclSum;
 }
 
@@ -69,47 +77,91 @@ static ncclRedOp_t nccl_op(comm_op_t op) {
     }                                                                                              \
   } while (0)
 
+static void nccl_free(struct comm_nccl *n, int abort) {
+  if (!n) return;
+  if (n->comm) (abort ? ncclCommAbort : ncclCommDestroy)(n->comm);
+  if (n->ready) cudaEventDestroy(n->ready);
+  if (n->stream) cudaStreamDestroy(n->stream);
+  free(n);
+}
+
+/* Collective over c. Every rank prepares its stream and event first and the
+ * ranks agree that all succeeded before ncclCommInitRank (which would wait
+ * forever for a rank that gave up). */
 static int nccl_create(comm_t *c, char *err, size_t errlen) {
-  int rc = STRATA_OK;
-  ncclUniqueId id;
+  int rc = STRATA_OK, ok = 0, all_ok = 0, mrc;
+  struct {
+    ncclUniqueId id;
+    int status; /* rank 0's ncclGetUniqueId */
+  } msg;
+  memset(&msg, 0, sizeof msg);
   struct comm_nccl *n = (struct comm_nccl *)calloc(1, sizeof *n);
-  if (!n) return STRATA_ENOMEM;
-  if (c->rank == 0) NCHECK(ncclGetUniqueId(&id));
-  if (MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, c->mpi) != MPI_SUCCESS) {
-    snprintf(err, errlen, "broadcasting the NCCL id on '%s' failed", c->name);
+  if (c->rank == 0) msg.status = (int)ncclGetUniqueId(&msg.id);
+  if (!n)
+    snprintf(err, errlen, "NCCL communicator for '%s': out of memory", c->name);
+  else if (cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess ||
+           cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess)
+    snprintf(err, errlen, "NCCL communicator for '%s': creating its CUDA stream: %s", c->name,
+             cudaGetErrorString(cudaGetLastError()));
+  else
+    ok = 1;
+  if ((mrc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, c->mpi)) != MPI_SUCCESS ||
+      (mrc = MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, c->mpi)) != MPI_SUCCESS) {
+    snprintf(err, errlen, "creating the NCCL communicator of '%s': MPI error %d", c->name, mrc);
     rc = STRATA_EMPI;
     goto fail;
   }
-  CCHECK(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking));
-  NCHECK(ncclCommInitRank(&n->comm, c->size, id, c->rank));
+  if (msg.status != (int)ncclSuccess) {
+    snprintf(err, errlen, "NCCL ncclGetUniqueId on rank 0 of '%s': %s", c->name,
+             ncclGetErrorString((ncclResult_t)msg.status));
+    rc = STRATA_ENCCL;
+    goto fail;
+  }
+  if (!all_ok) {
+    if (ok)
+      snprintf(err, errlen, "NCCL communicator for '%s': another rank failed to prepare", c->name);
+    rc = n ? STRATA_ECUDA : STRATA_ENOMEM;
+    goto fail;
+  }
+  NCHECK(ncclCommInitRank(&n->comm, c->size, msg.id, c->rank));
   c->nccl = n;
   return STRATA_OK;
 fail:
-  if (n->stream) cudaStreamDestroy(n->stream);
-  free(n);
+  if (n) n->comm = NULL;
+  nccl_free(n, 0);
   return rc;
 }
 
-extern "C" void comm_nccl_destroy(struct comm_nccl *n) {
-  if (!n) return;
-  ncclCommDestroy(n->comm);
-  cudaStreamDestroy(n->stream);
-  free(n);
+extern "C" void comm_nccl_destroy(struct comm_nccl *n) { nccl_free(n, 0); }
+
+/* Orders the next operation on c's stream after everything queued so far on
+ * the legacy default stream, which itself waits for every blocking stream:
+ * a buffer filled by a kernel, cudaMemset or cudaMemcpy the caller issued
+ * before the call is complete when NCCL reads it. */
+static int after_caller_work(comm_t *c, char *err, size_t errlen) {
+  int rc = STRATA_OK;
+  CCHECK(cudaEventRecord(c->nccl->ready, cudaStreamLegacy));
+  CCHECK(cudaStreamWaitEvent(c->nccl->stream, c->nccl->ready, 0));
+fail:
+  return rc;
 }
 
 extern "C" int comm_nccl_start(comm_t *c, comm_kind_t kind, void *recv, const void *send,
                                size_t count, comm_dtype_t dt, comm_op_t op, int root,
                                const size_t *counts, int peer, void **event, char *err,
                                size_t errlen) {
-  int rc = STRATA_OK;
+  int rc = STRATA_OK, group = 0;
   cudaEvent_t ev = NULL;
   void *tmp = NULL;
+  cudaStream_t s = NULL;
   size_t es = comm_dtype_size(dt);
   ncclDataType_t t = nccl_dtype(dt);
+  (void)peer;
   if (!c->nccl && (rc = nccl_create(c, err, errlen)) != STRATA_OK) return rc;
+  s = c->nccl->stream;
+  if ((rc = after_caller_work(c, err, errlen)) != STRATA_OK) return rc;
   {
     ncclComm_t nc = c->nccl->comm;
-    cudaStream_t s = c->nccl->stream;
     char *r = (char *)recv;
     const char *sb = (const char *)send;
     switch (kind) {
@@ -118,13 +170,16 @@ extern "C" int comm_nccl_start(comm_t *c, comm_kind_t kind, void *recv, const vo
     case COMM_K_BROADCAST: NCHECK(ncclBroadcast(recv, recv, count, t, root, nc, s)); break;
     case COMM_K_ALLGATHER: NCHECK(ncclAllGather(send, recv, count, t, nc, s)); break;
     case COMM_K_ALLGATHERV: {
+      /* NCCL has no allgatherv: one broadcast per rank, fused in a group */
       size_t off = 0;
       NCHECK(ncclGroupStart());
+      group = 1;
       for (int i = 0; i < c->size; i++) {
         const void *src = i == c->rank ? send : r + off * es;
         NCHECK(ncclBroadcast(src, r + off * es, counts[i], t, i, nc, s));
         off += counts[i];
       }
+      group = 0;
       NCHECK(ncclGroupEnd());
     } break;
     case COMM_K_REDUCE_SCATTER:
@@ -143,16 +198,16 @@ extern "C" int comm_nccl_start(comm_t *c, comm_kind_t kind, void *recv, const vo
         sb = (const char *)tmp;
       }
       NCHECK(ncclGroupStart());
+      group = 1;
       for (int i = 0; i < c->size; i++) {
         NCHECK(ncclSend(sb + i * count * es, count, t, i, nc, s));
         NCHECK(ncclRecv(r + i * count * es, count, t, i, nc, s));
       }
+      group = 0;
       NCHECK(ncclGroupEnd());
       break;
-    case COMM_K_SEND: NCHECK(ncclSend(send, count, t, peer, nc, s)); break;
-    case COMM_K_RECV: NCHECK(ncclRecv(recv, count, t, peer, nc, s)); break;
     default:
-      snprintf(err, errlen, "%s on '%s': not a device operation", comm_kind_name(kind), c->name);
+      snprintf(err, errlen, "%s on '%s': not a device collective", comm_kind_name(kind), c->name);
       rc = STRATA_EUNSUPPORTED;
       goto fail;
     }
@@ -164,8 +219,52 @@ extern "C" int comm_nccl_start(comm_t *c, comm_kind_t kind, void *recv, const vo
   *event = ev;
   return STRATA_OK;
 fail:
+  if (group) ncclGroupEnd(); /* closes the group NCHECK left open; its error is already kept */
   if (ev) cudaEventDestroy(ev);
-  if (tmp) cudaFree(tmp);
+  if (tmp) cudaFreeAsync(tmp, s);
+  return rc;
+}
+
+/* Posts c's queued device sends and receives (in call order) as one NCCL
+ * group: a send and its receive must be in flight together (a send to self
+ * cannot even be posted alone), and so must both directions of an exchange.
+ * Each request then gets an event recorded after the group. */
+extern "C" int comm_nccl_p2p_flush(comm_t *c) {
+  int rc = STRATA_OK, group = 0;
+  char *err = c->err;
+  size_t errlen = sizeof c->err;
+  comm_request_t *q = c->p2p_head, *r, *next;
+  if (!q) return STRATA_OK;
+  c->p2p_head = c->p2p_tail = NULL;
+  if (!c->nccl && (rc = nccl_create(c, err, errlen)) != STRATA_OK) goto fail;
+  if ((rc = after_caller_work(c, err, errlen)) != STRATA_OK) goto fail;
+  {
+    ncclComm_t nc = c->nccl->comm;
+    cudaStream_t s = c->nccl->stream;
+    NCHECK(ncclGroupStart());
+    group = 1;
+    for (r = q; r; r = r->p2p_next) {
+      if (r->kind == COMM_K_SEND)
+        NCHECK(ncclSend(r->p2p_buf, r->expect_count, nccl_dtype(r->dtype), r->peer, nc, s));
+      else
+        NCHECK(ncclRecv(r->p2p_buf, r->expect_count, nccl_dtype(r->dtype), r->peer, nc, s));
+    }
+    group = 0;
+    NCHECK(ncclGroupEnd());
+    for (r = q; r; r = r->p2p_next) {
+      cudaEvent_t ev = NULL;
+      CCHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      r->event = ev;
+      CCHECK(cudaEventRecord(ev, s));
+    }
+  }
+fail:
+  if (group) ncclGroupEnd();
+  for (r = q; r; r = next) {
+    next = r->p2p_next;
+    r->p2p_next = NULL;
+    r->post_rc = rc;
+  }
   return rc;
 }
 
@@ -190,7 +289,7 @@ extern "C" int comm_nccl_event_wait(comm_t *c, void *event, comm_kind_t kind) {
                        ncclGetErrorString(async));
     comm_watch_serve(c);
     if (c->cfg.timeout_s > 0 && MPI_Wtime() > end) {
-      ncclCommAbort(c->nccl->comm);
+      nccl_free(c->nccl, 1);
       c->nccl = NULL;
       c->failed = 1;
       return comm_fail(c, STRATA_ETIMEOUT,
