@@ -6,7 +6,8 @@
  * follows every model step, so both medians see the same neighbours.
  *
  *   bench_tensor_gpt SHAPE [THREADS] [STEPS] [cuda]
- *   bench_tensor_gpu              (GPU machines: gpt124m-1024 on cuda:0, bf16 GEMMs)
+ *   bench_tensor_gpu              (GPU machines: gpt124m-1024 on cuda:0, bf16 GEMMs;
+ *                                  prints BENCH tensor.gpt124m.cuda, exits 77 without a GPU)
  *   SHAPE: gpt124m (L12 h768 12 heads T64 B4 V50304), gptbyte (L6 h384 6 heads
  *          T256 B8 V256), gpt124m-1024 (T1024 B8, for the GPU). */
 #include <math.h>
@@ -108,8 +109,9 @@ static double gpu_gemm_peak(int device) {
   if (tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f) || tensor_synchronize(tc)) goto done;
   for (int r = 0; r < 5; r++) {
     double t0 = now();
-    for (int k = 0; k < 10; k++) tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f);
-    tensor_synchronize(tc);
+    for (int k = 0; k < 10; k++)
+      if (tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f)) goto done;
+    if (tensor_synchronize(tc)) goto done; /* the GEMMs are asynchronous: time them finished */
     t[r] = (now() - t0) / 10;
   }
   flops = 2.0 * n * n * n / median(t, 5);
@@ -149,6 +151,10 @@ int main(int argc, char **argv) {
   } else if (strcmp(shape, "gpt124m")) {
     fprintf(stderr, "bench_tensor_gpt: unknown shape %s (gpt124m, gptbyte, gpt124m-1024)\n", shape);
     return 2;
+  }
+  if (cuda && tensor_cuda_device_count() == 0) { /* the GPU bundle's convention: 77 = skipped */
+    fprintf(stderr, "bench_tensor_gpt: no CUDA device (or a build without CUDA): skipped\n");
+    return 77;
   }
   if (steps <= 0) steps = cuda ? 10 : 5;
   par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
