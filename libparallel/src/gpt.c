@@ -199,8 +199,7 @@ fail:
 static void free_acts(par_gpt_t *m) {
   tensor_free(m->tc, &m->act_store);
   tensor_free(m->tc, &m->g_store);
-  tensor_free(m->tc, &m->tokens);
-  tensor_free(m->tc, &m->targets);
+  tensor_free(m->tc, &m->ids_store);
   free(m->x), free(m->acts), free(m->host_losses), free(m->host_ids);
   m->x = NULL, m->acts = NULL, m->host_losses = NULL, m->host_ids = NULL;
   m->cap_bt = 0;
@@ -237,11 +236,10 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
       rc = gpt_seterr(m, STRATA_ENOMEM, "par_gpt: activation tables for %lld tokens", (long long)R);
       goto fail;
     }
-    int64_t r1 = R;
+    int64_t ids_n = 2 * R;
     if ((rc = tensor_alloc(m->tc, &m->act_store, TENSOR_F32, m->device, 1, &acts_n)) ||
         (rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, m->device, 1, &grads_n)) ||
-        (rc = tensor_alloc(m->tc, &m->tokens, TENSOR_I32, m->device, 1, &r1)) ||
-        (rc = tensor_alloc(m->tc, &m->targets, TENSOR_I32, m->device, 1, &r1))) {
+        (rc = tensor_alloc(m->tc, &m->ids_store, TENSOR_I32, m->device, 1, &ids_n))) {
       gpt_seterr(m, rc, "par_gpt: activations for B*T = %lld tokens: %s", (long long)R,
                  tensor_last_error(m->tc));
       free_acts(m);
@@ -266,8 +264,9 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   T3(m->dres, C), T3(m->dln, C), T3(m->dqkv, 3 * C), T3(m->datty, C), T3(m->dfch, 4 * C),
       T3(m->dfch_gelu, 4 * C), T3(m->dlogits, V);
   /* dlogits is last: the view arithmetic above must not outgrow the stores. */
-  m->tokens.ndim = 2, m->tokens.shape[0] = B, m->tokens.shape[1] = T;
-  m->targets.ndim = 2, m->targets.shape[0] = B, m->targets.shape[1] = T;
+  int32_t *ids = m->ids_store.data;
+  m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);
+  m->targets = tensor_view2(ids + m->cap_bt, TENSOR_I32, dev, B, T);
 #undef T3
 #undef T2
   m->B = B;

@@ -50,7 +50,8 @@ struct par_gpt {
   gpt_acts_t *acts;     /* L sets, or 1 scratch set with recompute */
   int scratch_layer;    /* with recompute: the block whose activations the scratch set holds */
   tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
-  tensor_t tokens, targets; /* (B,T) i32 on the device */
+  tensor_t ids_store;       /* 2 * cap_bt i32 on the device: tokens, then targets */
+  tensor_t tokens, targets; /* (B,T) views into ids_store */
   tensor_t tmp;             /* (B,T,h) */
   /* gradient scratch, reused by every block */
   tensor_t g_store;

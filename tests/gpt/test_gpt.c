@@ -107,6 +107,32 @@ Test(gpt, loss_at_init_is_ln_vocab) {
   par_gpt_destroy(m);
 }
 
+/* The activation stores grow to the largest B*T seen and are never shrunk:
+ * after forwards at 12, 3 then 24 tokens the accountant must show exactly what
+ * a model whose first forward is at 24 tokens shows (a smaller forward in
+ * between must not change what the later reallocation frees). */
+Test(gpt, memory_follows_the_largest_batch) {
+  par_gpt_config_t c = tiny();
+  par_gpt_t *a, *b;
+  int32_t tok[24], tgt[24];
+  tokens_for(tok, tgt, 24, c.vocab, 9);
+  float loss;
+  size_t cur_a = 0, cur_b = 0, cur_params = 0;
+  cr_assert_eq(par_gpt_create(&a, &c, 1), 0);
+  cr_assert_eq(par_gpt_create(&b, &c, 1), 0);
+  cr_assert_eq(par_gpt_memory(a, &cur_params, NULL), 0);
+  cr_assert_eq(par_gpt_forward(a, tok, tgt, 2, 6, &loss), 0, "%s", par_gpt_last_error(a));
+  cr_assert_eq(par_gpt_forward(a, tok, tgt, 1, 3, &loss), 0, "%s", par_gpt_last_error(a));
+  cr_assert_eq(par_gpt_forward(a, tok, tgt, 4, 6, &loss), 0, "%s", par_gpt_last_error(a));
+  cr_assert_eq(par_gpt_forward(b, tok, tgt, 4, 6, &loss), 0, "%s", par_gpt_last_error(b));
+  cr_assert_eq(par_gpt_memory(a, &cur_a, NULL), 0);
+  cr_assert_eq(par_gpt_memory(b, &cur_b, NULL), 0);
+  cr_expect_eq(cur_a, cur_b, "after 12, 3, 24 tokens: %zu bytes; after 24 alone: %zu", cur_a, cur_b);
+  cr_expect_gt(cur_b, cur_params);
+  par_gpt_destroy(a);
+  par_gpt_destroy(b);
+}
+
 static void check_gradients(int recompute) {
   par_gpt_config_t c = tiny();
   c.recompute = recompute;
