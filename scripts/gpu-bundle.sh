@@ -9,8 +9,11 @@ set -eu
 dest=$1 tests=$2 benches=$3
 rm -rf "$dest"
 mkdir -p "$dest/tests" "$dest/bench" "$dest/lib"
-# glibc and the CUDA libraries (hundreds of MiB; the GPU machine has them) stay behind
-skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libcuda\.|libcudart|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink)'
+# glibc, the driver and the big CUDA libraries (hundreds of MiB; the GPU machine
+# has them) stay behind. The CUDA runtime (under 1 MiB) travels: the programs
+# then run against the runtime they were built with, wherever the machine keeps
+# its own.
+skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libcuda\.|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink)'
 copy_deps() {
   ldd "$1" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ $name =~ $skip ]] && continue
@@ -36,17 +39,42 @@ cat >"$dest/run.sh" <<'RUN'
 # "gpu tests: N passed, N failed".
 here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# NCCL (~200 MiB, too big to travel) is no part of the CUDA toolkit: take it
+# from the system, the toolkit's folder, or a Python wheel (PyTorch's
+# nvidia-nccl), whichever this machine has.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+  nccl=
+  for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/local/lib \
+      $(python3 -c 'import nvidia, os; [print(os.path.join(p, "nccl", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
+    [ -e "$d/libnccl.so.2" ] && { nccl=$d/libnccl.so.2; break; }
+  done
+  [ -n "$nccl" ] || nccl=$(find /usr /opt -name libnccl.so.2 2>/dev/null | head -n 1)
+  if [ -n "$nccl" ]; then
+    echo "gpu tests: NCCL from $nccl"
+    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
+  else
+    echo "gpu tests: libnccl.so.2 not found on this machine; programs that need it will fail to start"
+  fi
+fi
+# a hung program reports instead of holding the machine (seconds per program)
+limit=${STRATA_GPU_TIMEOUT:-600}
+tmo=; command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$here/lib/openmpi3"
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "${1:-}" = bench ]; then
-  for b in "$here"/bench/*; do [ -x "$b" ] && "$b"; done
+  for b in "$here"/bench/*; do [ -x "$b" ] && $tmo "$b"; done
   exit 0
 fi
 pass=0 fail=0 skip=0
 for t in "$here"/tests/*; do
   [ -x "$t" ] || continue
-  "$t"; rc=$?
-  case $rc in 0) pass=$((pass + 1)) ;; 77) skip=$((skip + 1)) ;; *) fail=$((fail + 1)); echo "FAIL $(basename "$t") (exit $rc)" ;; esac
+  $tmo "$t"; rc=$?
+  case $rc in
+  0) pass=$((pass + 1)) ;;
+  77) skip=$((skip + 1)) ;;
+  124) fail=$((fail + 1)); echo "FAIL $(basename "$t") (no result within $limit s)" ;;
+  *) fail=$((fail + 1)); echo "FAIL $(basename "$t") (exit $rc)" ;;
+  esac
 done
 echo "gpu tests: $pass passed, $fail failed, $skip skipped"
 [ $fail = 0 ]
