@@ -448,6 +448,12 @@ static int finish(comm_request_t *r, int done) {
       if (rc == STRATA_OK && check_pending)
         rc = comm_watch_wait(c, 1, &r->mreq[1], NULL, &mrc, r->kind, r->sig.seq);
       if (rc == STRATA_OK && mrc != MPI_SUCCESS) rc = comm_fail_mpi(c, mrc, "argument check");
+      /* a mismatch is reported before waiting: mismatched NCCL operations may never finish */
+      if (rc == STRATA_OK && check_pending &&
+          (r->check_in[0] != r->check[0] || r->check_in[1] != r->check[1])) {
+        rc = report_mismatch(c, r);
+        c->failed = 1;
+      }
       if (rc == STRATA_OK) rc = comm_nccl_event_wait(c, r->event, r->kind);
 #endif
     } else if (c->cfg.timeout_s > 0) {

@@ -132,7 +132,7 @@ void comm_destroy(comm_t *c) {
   /* device sends/receives still queued belong to requests the caller never
    * completed; they are dropped with the NCCL communicator */
   c->p2p_head = c->p2p_tail = NULL;
-  comm_nccl_destroy(c->nccl);
+  comm_nccl_destroy(c->nccl, c->failed); /* failed: NCCL work may be stuck, abort it */
 #endif
   int fin = 0;
   MPI_Finalized(&fin);

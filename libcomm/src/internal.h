@@ -111,7 +111,7 @@ int comm_nccl_p2p_flush(comm_t *c);
 int comm_nccl_query(void *event, int *done, char *err, size_t errlen);
 int comm_nccl_event_wait(comm_t *c, void *event, comm_kind_t kind);
 void comm_nccl_event_free(void *event);
-void comm_nccl_destroy(struct comm_nccl *n);
+void comm_nccl_destroy(struct comm_nccl *n, int abort);
 #endif
 
 #ifdef __cplusplus

@@ -132,7 +132,7 @@ fail:
   return rc;
 }
 
-extern "C" void comm_nccl_destroy(struct comm_nccl *n) { nccl_free(n, 0); }
+extern "C" void comm_nccl_destroy(struct comm_nccl *n, int abort) { nccl_free(n, abort); }
 
 /* Orders the next operation on c's stream after everything queued so far on
  * the legacy default stream, which itself waits for every blocking stream:
