@@ -47,8 +47,8 @@ else
 endif
 CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
-NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCHS) -Xcompiler -fPIC,-fvisibility=hidden,-Wall \
-              -Iinclude -I$(CUDA_HOME)/include -DSTRATA_CUDA=1 $(EXTRA_NVCCFLAGS)
+NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Werror \
+              -Iinclude -I$(CUDA_HOME)/include -DSTRATA_CUDA=1 -DOMPI_SKIP_MPICXX=1 $(EXTRA_NVCCFLAGS)
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl \
               -lcudart -lstdc++
 ifeq ($(HAVE_CUDA),1)
