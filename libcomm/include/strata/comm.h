@@ -170,7 +170,11 @@ STRATA_API void comm_counters_reset(comm_t *c);
  * operation on c, so that an exchange (isend + irecv on both sides, or with
  * oneself) completes. AVG of f16/bf16/f32/f64 multiplies by 1/size before
  * summing (NCCL's ncclAvg), which may round differently from the host path's
- * sum-then-divide. */
+ * sum-then-divide. Where a buffer lives is asked of the CUDA runtime
+ * (cudaPointerGetAttributes), which creates the primary context of the
+ * calling thread's current device if there is none yet: on a node with
+ * several GPUs, call cudaSetDevice with the rank's own GPU before the first
+ * collective, or every rank's context lands on device 0. */
 
 /* recv[i] = op over ranks of send[i], i < count. In place allowed. */
 STRATA_API int comm_allreduce(comm_t *c, void *recv, const void *send, size_t count,
