@@ -18,7 +18,7 @@ end
 -- A directory shared by all ranks: rank 0 draws its name, an allreduce
 -- shares it (the other ranks contribute 0).
 local id = strata.floats(1)
-if rank == 0 then math.randomseed(os.time(), os.clock() * 1e6) id[1] = math.random(1, 1 << 22) end
+if rank == 0 then math.randomseed(os.time(), math.floor(os.clock() * 1e6)) id[1] = math.random(1, 1 << 22) end
 strata.allreduce(id, "sum")
 local dir = string.format("/tmp/strata-lua-%d", math.tointeger(id[1]))
 if rank == 0 then assert(os.execute("mkdir -p " .. dir)) end
