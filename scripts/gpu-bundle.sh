@@ -13,7 +13,10 @@ mkdir -p "$dest/tests" "$dest/bench" "$dest/lib"
 # has them) stay behind. The CUDA runtime (under 1 MiB) travels: the programs
 # then run against the runtime they were built with, wherever the machine keeps
 # its own.
-skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libcuda\.|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink)'
+# libstdc++ and libgcc_s stay too: every machine with the toolkit has them, and
+# NCCL there may need a newer libstdc++ than this one (the programs need only
+# GLIBCXX_3.4).
+skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink)'
 copy_deps() {
   ldd "$1" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ $name =~ $skip ]] && continue
@@ -39,23 +42,23 @@ cat >"$dest/run.sh" <<'RUN'
 # "gpu tests: N passed, N failed".
 here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-# NCCL (~200 MiB, too big to travel) is no part of the CUDA toolkit: take it
-# from the system, the toolkit's folder, or a Python wheel (PyTorch's
-# nvidia-nccl), whichever this machine has.
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 ' && [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
-  nccl=
-  for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu /usr/local/lib \
-      $(python3 -c 'import nvidia, os; [print(os.path.join(p, "nccl", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
-    [ -e "$d/libnccl.so.2" ] && { nccl=$d/libnccl.so.2; break; }
+# cuBLAS and NCCL (hundreds of MiB) do not travel: each one the programs need
+# and the loader cannot find is looked for in the toolkit's folders, in Python
+# wheels (PyTorch's nvidia-* packages), then anywhere under /usr, /opt, /root.
+for lib in $(ldd "$here"/tests/* "$here"/bench/* 2>/dev/null | awk '/=> not found/ {print $1}' | sort -u); do
+  found=
+  for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /usr/local/lib \
+      $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' 2>/dev/null); do
+    [ -e "$d/$lib" ] && { found=$d/$lib; break; }
   done
-  [ -n "$nccl" ] || nccl=$(find /usr /opt -name libnccl.so.2 2>/dev/null | head -n 1)
-  if [ -n "$nccl" ]; then
-    echo "gpu tests: NCCL from $nccl"
-    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
+  [ -n "$found" ] || found=$(find /usr /opt /root -name "$lib" 2>/dev/null | head -n 1)
+  if [ -n "$found" ]; then
+    echo "gpu tests: $lib from $found"
+    LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
   else
-    echo "gpu tests: libnccl.so.2 not found on this machine; programs that need it will fail to start"
+    echo "gpu tests: $lib not found on this machine; programs that need it will fail to start"
   fi
-fi
+done
 # a hung program reports instead of holding the machine (seconds per program)
 limit=${STRATA_GPU_TIMEOUT:-600}
 tmo=; command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"
