@@ -23,6 +23,19 @@
       return tensor_seterr(ctx, STRATA_ECUDA, "%s: cuBLAS status %d", #call, (int)s_);             \
   } while (0)
 #define LAUNCHED() CU(cudaGetLastError())
+/* The device error flag (tcu_state.flag) is 0 between calls: zeroed when the
+ * state is made and again whenever a kernel raised it. FLAG_CHECK reads it back
+ * after a launch (so it waits for the kernel) and, if raised, fails with
+ * STRATA_EINVAL and the message given. */
+#define FLAG_CHECK(...)                                                                            \
+  do {                                                                                             \
+    int f_ = 0;                                                                                    \
+    CU(cudaMemcpy(&f_, s->flag, sizeof f_, cudaMemcpyDeviceToHost));                               \
+    if (f_) {                                                                                      \
+      CU(cudaMemset(s->flag, 0, sizeof f_));                                                       \
+      return tensor_seterr(ctx, STRATA_EINVAL, __VA_ARGS__);                                       \
+    }                                                                                              \
+  } while (0)
 
 struct tcu_state {
   int device;

@@ -116,12 +116,9 @@ __global__ void k_emb_bwd(float *dwte, float *dwpe, const float *dout, const int
 extern "C" int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids,
                                      const float *wte, const float *wpe, int B, int T, int C, int V) {
   STATE();
-  int flag = 0;
-  CU(cudaMemset(s->flag, 0, sizeof(int)));
   k_emb_fwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(out, s->flag, ids, wte, wpe, B, T, C, V);
   LAUNCHED();
-  CU(cudaMemcpy(&flag, s->flag, sizeof(int), cudaMemcpyDeviceToHost));
-  if (flag) return tensor_seterr(ctx, STRATA_EINVAL, "tensor_embedding_forward: an id is outside [0, %d)", V);
+  FLAG_CHECK("tensor_embedding_forward: an id is outside [0, %d)", V);
   return STRATA_OK;
 }
 
@@ -170,23 +167,17 @@ __global__ void k_xent_bwd(float *dlogits, int *flag, const float *logits, const
 extern "C" int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
                                 const int32_t *targets, int64_t rows, int V) {
   STATE();
-  int flag = 0;
-  CU(cudaMemset(s->flag, 0, sizeof(int)));
   k_xent_fwd<<<(unsigned)rows, 512>>>(losses, lse, s->flag, logits, targets, V);
   LAUNCHED();
-  CU(cudaMemcpy(&flag, s->flag, sizeof(int), cudaMemcpyDeviceToHost));
-  if (flag) return tensor_seterr(ctx, STRATA_EINVAL, "tensor_xent_forward: a target is >= V = %d", V);
+  FLAG_CHECK("tensor_xent_forward: a target is >= V = %d", V);
   return STRATA_OK;
 }
 
 extern "C" int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
                                  const int32_t *targets, int64_t rows, int V, float dloss) {
   STATE();
-  int flag = 0;
-  CU(cudaMemset(s->flag, 0, sizeof(int)));
   k_xent_bwd<<<(unsigned)rows, 512>>>(dlogits, s->flag, logits, lse, targets, V, dloss);
   LAUNCHED();
-  CU(cudaMemcpy(&flag, s->flag, sizeof(int), cudaMemcpyDeviceToHost));
-  if (flag) return tensor_seterr(ctx, STRATA_EINVAL, "tensor_xent_backward: a target is >= V = %d", V);
+  FLAG_CHECK("tensor_xent_backward: a target is >= V = %d", V);
   return STRATA_OK;
 }

@@ -27,7 +27,9 @@ int tcu_state_get(tensor_ctx_t *ctx, tcu_state **out) {
   s->device = tensor_ctx_device(ctx);
   cudaError_t e = cudaSetDevice(s->device);
   if (e == cudaSuccess) e = cudaMalloc(&s->flag, sizeof(int));
+  if (e == cudaSuccess) e = cudaMemset(s->flag, 0, sizeof(int)); /* FLAG_CHECK's invariant */
   if (e != cudaSuccess) {
+    cudaFree(s->flag); /* NULL when its allocation failed */
     free(s);
     return tensor_seterr(ctx, STRATA_ECUDA, "cuda:%d: %s", tensor_ctx_device(ctx), cudaGetErrorString(e));
   }
