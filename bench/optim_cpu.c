@@ -30,6 +30,8 @@
 
 #include <strata/optim.h>
 
+#include "optim_bench.h"
+
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -80,22 +82,13 @@ int main(int argc, char **argv) {
   const int threads = argc > 3 ? atoi(argv[3]) : 2;
   const int reps = argc > 4 ? atoi(argv[4]) : 10;
   const int ntensors = 8; /* a few tensors: the multi-tensor path */
-  int okind, lowp = 0;
-  double bpe; /* bytes per element per step */
-  if (!strcmp(kind, "adamw")) {
-    okind = OPTIM_ADAMW;
-    bpe = 28;
-  } else if (!strcmp(kind, "adamw_bf16")) {
-    okind = OPTIM_ADAMW;
-    lowp = 1;
-    bpe = 30;
-  } else if (!strcmp(kind, "lamb")) {
-    okind = OPTIM_LAMB;
-    bpe = 40;
-  } else {
-    fprintf(stderr, "optim_cpu: unknown kind '%s' (adamw, adamw_bf16, lamb)\n", kind);
+  const bench_optim_kind *bk = bench_optim_kind_find(kind);
+  if (!bk) {
+    fprintf(stderr, "optim_cpu: unknown kind '%s' (" BENCH_OPTIM_KIND_NAMES ")\n", kind);
     return 2;
   }
+  const int okind = bk->kind, lowp = bk->lowp;
+  const double bpe = bk->bytes; /* bytes per element per step */
   omp_set_dynamic(0);
 
   /* the optimizer's arrays */
@@ -132,17 +125,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   optim_tensor t[8];
-  for (int k = 0; k < ntensors; k++) {
-    size_t lo = n * k / ntensors, hi = n * (k + 1) / ntensors;
-    t[k] = (optim_tensor){.param = p + lo,
-                          .grad = g + lo,
-                          .m = m + lo,
-                          .v = v + lo,
-                          .lowp = h ? (void *)(h + lo) : NULL,
-                          .lowp_dtype = h ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE,
-                          .group = id,
-                          .n = hi - lo};
-  }
+  bench_optim_tensors(t, ntensors, p, g, m, v, h, n, id);
 
   double best_o = 1e30, best_t = 1e30;
   for (int r = 0; r <= reps; r++) { /* r = 0 warms up */

@@ -13,6 +13,8 @@
 
 #include <strata/optim.h>
 
+#include "optim_bench.h"
+
 #define CK(x)                                                                                      \
   do {                                                                                             \
     cudaError_t e_ = (x);                                                                          \
@@ -23,22 +25,13 @@
   } while (0)
 
 static int run(const char *kind, size_t n, int reps) {
-  int okind, lowp = 0;
-  double bpe;
-  if (!strcmp(kind, "adamw")) {
-    okind = OPTIM_ADAMW;
-    bpe = 28;
-  } else if (!strcmp(kind, "adamw_bf16")) {
-    okind = OPTIM_ADAMW;
-    lowp = 1;
-    bpe = 30;
-  } else if (!strcmp(kind, "lamb")) {
-    okind = OPTIM_LAMB;
-    bpe = 40;
-  } else {
-    fprintf(stderr, "optim_bench_gpu: unknown kind '%s' (adamw, adamw_bf16, lamb)\n", kind);
+  const bench_optim_kind *bk = bench_optim_kind_find(kind);
+  if (!bk) {
+    fprintf(stderr, "optim_bench_gpu: unknown kind '%s' (" BENCH_OPTIM_KIND_NAMES ")\n", kind);
     return 2;
   }
+  const int okind = bk->kind, lowp = bk->lowp;
+  const double bpe = bk->bytes;
   float *p, *g, *m, *v;
   void *h = NULL, *src, *dst;
   const size_t copy_bytes = (size_t)(bpe * (double)n / 2.0); /* read + write = bpe n */
@@ -68,17 +61,7 @@ static int run(const char *kind, size_t n, int reps) {
   }
   enum { NT = 8 };
   optim_tensor t[NT];
-  for (int k = 0; k < NT; k++) {
-    size_t lo = n * k / NT, hi = n * (k + 1) / NT;
-    t[k] = (optim_tensor){.param = p + lo,
-                          .grad = g + lo,
-                          .m = m + lo,
-                          .v = v + lo,
-                          .lowp = h ? (void *)((unsigned short *)h + lo) : NULL,
-                          .lowp_dtype = h ? OPTIM_LOWP_BF16 : OPTIM_LOWP_NONE,
-                          .group = id,
-                          .n = hi - lo};
-  }
+  bench_optim_tensors(t, NT, p, g, m, v, (uint16_t *)h, n, id);
   cudaEvent_t e0, e1, e2;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
