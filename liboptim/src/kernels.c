@@ -64,6 +64,20 @@ INLINE void store_lowp(void *lowp, size_t i, float x, const int dt) {
     ((uint16_t *)lowp)[i] = to_f16(x);
 }
 
+/* LOOP(args..., dt) with the low-precision copy's dtype j->lowp_dtype as a
+ * constant (1 bf16, 2 f16, 0 none), so that each store variant compiles into
+ * its own loop with no test per element. */
+#define LOWP_DISPATCH(j, LOOP, ...)                                                                \
+  do {                                                                                             \
+    const int dt_ = (j)->lowp ? (j)->lowp_dtype : OPTIM_LOWP_NONE;                                 \
+    if (dt_ == OPTIM_LOWP_BF16)                                                                    \
+      LOOP(__VA_ARGS__, 1);                                                                        \
+    else if (dt_ == OPTIM_LOWP_F16)                                                                \
+      LOOP(__VA_ARGS__, 2);                                                                        \
+    else                                                                                           \
+      LOOP(__VA_ARGS__, 0);                                                                        \
+  } while (0)
+
 /* ---- SGD: d = g + wd p; b = mu b + d; p -= lr (nesterov ? d + mu b : b) ---- */
 INLINE void sgd_loop(const optim_job *j, size_t a, size_t b, const int has_m, const int nest,
                      const int dt) {
@@ -88,16 +102,10 @@ INLINE void sgd_loop(const optim_job *j, size_t a, size_t b, const int has_m, co
 
 INLINE void sgd_body(const optim_job *j, size_t a, size_t b, double *s) {
   const int has_m = j->m != NULL;
-  const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
 #define SGD_CASE(HM, NE)                                                                           \
   if (has_m == HM && (j->nesterov != 0) == NE) {                                                   \
-    if (dt == OPTIM_LOWP_BF16)                                                                     \
-      sgd_loop(j, a, b, HM, NE, 1);                                                                \
-    else if (dt == OPTIM_LOWP_F16)                                                                 \
-      sgd_loop(j, a, b, HM, NE, 2);                                                                \
-    else                                                                                           \
-      sgd_loop(j, a, b, HM, NE, 0);                                                                \
+    LOWP_DISPATCH(j, sgd_loop, j, a, b, HM, NE);                                                   \
     return;                                                                                        \
   }
   SGD_CASE(0, 0)
@@ -128,14 +136,8 @@ INLINE void adamw_loop(const optim_job *j, size_t a, size_t b, const int dt) {
 }
 
 INLINE void adamw_body(const optim_job *j, size_t a, size_t b, double *s) {
-  const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
-  if (dt == OPTIM_LOWP_BF16)
-    adamw_loop(j, a, b, 1);
-  else if (dt == OPTIM_LOWP_F16)
-    adamw_loop(j, a, b, 2);
-  else
-    adamw_loop(j, a, b, 0);
+  LOWP_DISPATCH(j, adamw_loop, j, a, b);
 }
 
 /* ---- LAMB phase one: m, v advanced; sums ||x||^2 and ||r||^2 ---- */
@@ -199,14 +201,8 @@ INLINE void lamb_loop(const optim_job *j, size_t a, size_t b, const int dt) {
 }
 
 INLINE void lamb_body(const optim_job *j, size_t a, size_t b, double *s) {
-  const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
-  if (dt == OPTIM_LOWP_BF16)
-    lamb_loop(j, a, b, 1);
-  else if (dt == OPTIM_LOWP_F16)
-    lamb_loop(j, a, b, 2);
-  else
-    lamb_loop(j, a, b, 0);
+  LOWP_DISPATCH(j, lamb_loop, j, a, b);
 }
 
 /* ---- LARS phase one: ||w||^2, ||gs g||^2; and the plain ||g||^2 ---- */
@@ -270,23 +266,11 @@ INLINE void lars_loop(const optim_job *j, size_t a, size_t b, const int has_m, c
 }
 
 INLINE void lars_body(const optim_job *j, size_t a, size_t b, double *s) {
-  const int dt = j->lowp ? j->lowp_dtype : OPTIM_LOWP_NONE;
   (void)s;
-  if (j->m) {
-    if (dt == OPTIM_LOWP_BF16)
-      lars_loop(j, a, b, 1, 1);
-    else if (dt == OPTIM_LOWP_F16)
-      lars_loop(j, a, b, 1, 2);
-    else
-      lars_loop(j, a, b, 1, 0);
-  } else {
-    if (dt == OPTIM_LOWP_BF16)
-      lars_loop(j, a, b, 0, 1);
-    else if (dt == OPTIM_LOWP_F16)
-      lars_loop(j, a, b, 0, 2);
-    else
-      lars_loop(j, a, b, 0, 0);
-  }
+  if (j->m)
+    LOWP_DISPATCH(j, lars_loop, j, a, b, 1);
+  else
+    LOWP_DISPATCH(j, lars_loop, j, a, b, 0);
 }
 
 /* ---- per-ISA wrappers ---- */
