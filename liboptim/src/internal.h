@@ -54,6 +54,9 @@ extern const optim_range_fn optim_kernels_scalar[OP_COUNT];
 extern const optim_range_fn optim_kernels_avx2[OP_COUNT];
 extern const optim_range_fn optim_kernels_avx512[OP_COUNT];
 int optim_cpu_has_avx512(void);
+/* Formats the message into buf (when buf and len) and returns code. */
+int optim_fail_msg(char *buf, size_t len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Runs op over all jobs on nthreads CPU threads; sums[2 nj] when the op
  * produces sums (combined in a fixed order: deterministic for a given thread

@@ -37,7 +37,7 @@ static const char *kind_name(int kind) {
   }
 }
 
-static int fail_msg(char *buf, size_t len, int code, const char *fmt, ...) {
+int optim_fail_msg(char *buf, size_t len, int code, const char *fmt, ...) {
   if (buf && len) {
     va_list ap;
     va_start(ap, fmt);
@@ -46,7 +46,7 @@ static int fail_msg(char *buf, size_t len, int code, const char *fmt, ...) {
   }
   return code;
 }
-#define FAIL(o, code, ...) fail_msg((o)->err, sizeof(o)->err, code, __VA_ARGS__)
+#define FAIL(o, code, ...) optim_fail_msg((o)->err, sizeof(o)->err, code, __VA_ARGS__)
 
 const char *optim_strerror(int code) {
   return strata_status_string(code);
@@ -95,51 +95,53 @@ int optim_create(optim **out, const optim_config *cfg, char *err, size_t errlen)
   optim *o = NULL;
   optim_config c = OPTIM_CONFIG_DEFAULTS;
   if (err && errlen) err[0] = 0;
-  if (!out) return fail_msg(err, errlen, STRATA_EINVAL, "optim_create: out is NULL");
+  if (!out) return optim_fail_msg(err, errlen, STRATA_EINVAL, "optim_create: out is NULL");
   *out = NULL;
   if (cfg) c = *cfg;
   if (c.kind < OPTIM_SGD || c.kind > OPTIM_LARS) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL, "optim_create: kind %d is not an optim_kind", c.kind);
+    rc = optim_fail_msg(err, errlen, STRATA_EINVAL, "optim_create: kind %d is not an optim_kind",
+                        c.kind);
     goto fail;
   }
   if (c.device != OPTIM_CPU && c.device != OPTIM_CUDA) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL,
-                  "optim_create: device %d is neither OPTIM_CPU nor OPTIM_CUDA", c.device);
+    rc = optim_fail_msg(err, errlen, STRATA_EINVAL,
+                        "optim_create: device %d is neither OPTIM_CPU nor OPTIM_CUDA", c.device);
     goto fail;
   }
   if (c.isa < OPTIM_ISA_AUTO || c.isa > OPTIM_ISA_AVX512 || c.threads < 0) {
-    rc = fail_msg(err, errlen, STRATA_EINVAL, "optim_create: isa %d or threads %d out of range",
-                  c.isa, c.threads);
+    rc = optim_fail_msg(err, errlen, STRATA_EINVAL,
+                        "optim_create: isa %d or threads %d out of range", c.isa, c.threads);
     goto fail;
   }
   if (c.device == OPTIM_CUDA) {
 #ifdef STRATA_CUDA
     int n = optim_cuda_device_count();
     if (n <= 0) {
-      rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED,
-                    "optim_create: OPTIM_CUDA requested but no CUDA device is present");
+      rc = optim_fail_msg(err, errlen, STRATA_EUNSUPPORTED,
+                          "optim_create: OPTIM_CUDA requested but no CUDA device is present");
       goto fail;
     }
     if (c.cuda_device < 0 || c.cuda_device >= n) {
-      rc = fail_msg(err, errlen, STRATA_EINVAL,
-                    "optim_create: cuda_device %d, but %d device(s) present", c.cuda_device, n);
+      rc = optim_fail_msg(err, errlen, STRATA_EINVAL,
+                          "optim_create: cuda_device %d, but %d device(s) present", c.cuda_device,
+                          n);
       goto fail;
     }
 #else
-    rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED,
-                  "optim_create: OPTIM_CUDA requested but strata was built without CUDA");
+    rc = optim_fail_msg(err, errlen, STRATA_EUNSUPPORTED,
+                        "optim_create: OPTIM_CUDA requested but strata was built without CUDA");
     goto fail;
 #endif
   }
   int has512 = optim_cpu_has_avx512();
   if (c.isa == OPTIM_ISA_AVX512 && !has512) {
-    rc = fail_msg(err, errlen, STRATA_EUNSUPPORTED,
-                  "optim_create: isa AVX512 requested but this CPU lacks AVX-512");
+    rc = optim_fail_msg(err, errlen, STRATA_EUNSUPPORTED,
+                        "optim_create: isa AVX512 requested but this CPU lacks AVX-512");
     goto fail;
   }
   o = calloc(1, sizeof *o);
   if (!o) {
-    rc = fail_msg(err, errlen, STRATA_ENOMEM, "optim_create: out of memory");
+    rc = optim_fail_msg(err, errlen, STRATA_ENOMEM, "optim_create: out of memory");
     goto fail;
   }
   o->cfg = c;

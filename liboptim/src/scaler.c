@@ -2,11 +2,12 @@
  * Precision Training", arXiv 1710.03740, Section 3.2): a step whose
  * gradients overflowed on any shard is skipped and the scale shrinks; after
  * `window` good steps in a row it grows again. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <strata/optim.h>
+
+#include "internal.h"
 
 struct optim_scaler {
   optim_scaler_config cfg;
@@ -15,35 +16,25 @@ struct optim_scaler {
   long skipped; /* steps skipped so far */
 };
 
-static int fail_msg(char *buf, size_t len, int code, const char *fmt, ...) {
-  if (buf && len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 int optim_scaler_create(optim_scaler **out, const optim_scaler_config *cfg, char *err,
                         size_t errlen) {
   int rc = STRATA_OK;
   optim_scaler_config c = OPTIM_SCALER_DEFAULTS;
   optim_scaler *s = NULL;
   if (err && errlen) err[0] = 0;
-  if (!out) return fail_msg(err, errlen, STRATA_EINVAL, "optim_scaler_create: out is NULL");
+  if (!out) return optim_fail_msg(err, errlen, STRATA_EINVAL, "optim_scaler_create: out is NULL");
   *out = NULL;
   if (cfg) c = *cfg;
   if (!(c.min_scale > 0.0f) || !(c.max_scale >= c.min_scale) || !(c.init_scale >= c.min_scale) ||
       !(c.init_scale <= c.max_scale)) {
-    rc = fail_msg(
+    rc = optim_fail_msg(
         err, errlen, STRATA_EINVAL,
         "optim_scaler_create: need 0 < min_scale <= init_scale <= max_scale, got %g, %g, %g",
         (double)c.min_scale, (double)c.init_scale, (double)c.max_scale);
     goto fail;
   }
   if (!(c.growth > 1.0f) || !(c.backoff > 0.0f && c.backoff < 1.0f) || c.window < 1) {
-    rc = fail_msg(
+    rc = optim_fail_msg(
         err, errlen, STRATA_EINVAL,
         "optim_scaler_create: need growth > 1, 0 < backoff < 1, window >= 1; got %g, %g, %d",
         (double)c.growth, (double)c.backoff, c.window);
@@ -51,7 +42,7 @@ int optim_scaler_create(optim_scaler **out, const optim_scaler_config *cfg, char
   }
   s = calloc(1, sizeof *s);
   if (!s) {
-    rc = fail_msg(err, errlen, STRATA_ENOMEM, "optim_scaler_create: out of memory");
+    rc = optim_fail_msg(err, errlen, STRATA_ENOMEM, "optim_scaler_create: out of memory");
     goto fail;
   }
   s->cfg = c;
