@@ -102,31 +102,33 @@ static int run_fail(lua_State *L, int same, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ config */
 
-static lua_Integer cfg_int(lua_State *L, const char *sec, const char *key) {
-  lua_getfield(L, 1, sec);
+/* Pushes config[sec][key] (config is argument 1; sec NULL: the top level)
+ * above the section; the reader pops both. */
+static void cfg_push(lua_State *L, const char *sec, const char *key) {
+  if (sec) lua_getfield(L, 1, sec);
+  else lua_pushvalue(L, 1);
   lua_getfield(L, -1, key);
+}
+static lua_Integer cfg_int(lua_State *L, const char *sec, const char *key) {
+  cfg_push(L, sec, key);
   lua_Integer v = luaL_checkinteger(L, -1);
   lua_pop(L, 2);
   return v;
 }
 static double cfg_num(lua_State *L, const char *sec, const char *key) {
-  lua_getfield(L, 1, sec);
-  lua_getfield(L, -1, key);
+  cfg_push(L, sec, key);
   double v = luaL_checknumber(L, -1);
   lua_pop(L, 2);
   return v;
 }
 static int cfg_bool(lua_State *L, const char *sec, const char *key) {
-  lua_getfield(L, 1, sec);
-  lua_getfield(L, -1, key);
+  cfg_push(L, sec, key);
   int v = lua_toboolean(L, -1);
   lua_pop(L, 2);
   return v;
 }
 static void cfg_str(lua_State *L, const char *sec, const char *key, char *out, size_t len) {
-  if (sec) lua_getfield(L, 1, sec);
-  else lua_pushvalue(L, 1);
-  lua_getfield(L, -1, key);
+  cfg_push(L, sec, key);
   snprintf(out, len, "%s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "");
   lua_pop(L, 2);
 }
