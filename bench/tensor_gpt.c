@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cblas.h>
-#include <strata/parallel.h>
+#include <strata/par_gpt.h>
 #include <strata/tensor.h>
 
 void openblas_set_num_threads(int num_threads);

@@ -8,7 +8,8 @@
 #   X_LIBS      := external link flags (e.g. $(MPI_LIBS))
 #   X_PC_REQUIRES := pkg-config modules its public header needs (e.g. ompi-c)
 #   $(eval $(call strata_library,X))
-# It compiles libX/src/*.c (and libX/src/cuda/*.cu when CUDA is on) into
+# It compiles libX/src/*.c and libX/src/*/*.c (one folder per part; CUDA
+# sources in a cuda/ folder beside them, when CUDA is on) into
 # $(BUILD)/lib/libstrata_X.a and .so. A library sees only include/ (the shared
 # status header), its own include/ and src/, and its declared deps' include/.
 
@@ -31,8 +32,8 @@ strata_incs     = $(foreach l,$(1),-I$($(l)_DIR)/include $(foreach d,$($(l)_DEPS
                   $(foreach l,$(1),$($(l)_CFLAGS) $(foreach d,$($(l)_DEPS),$($(d)_CFLAGS)))
 
 define strata_library
-$(1)_SRCS := $$(wildcard $$($(1)_DIR)/src/*.c)
-$(1)_CU   := $$(if $$(filter 1,$$(HAVE_CUDA)),$$(wildcard $$($(1)_DIR)/src/cuda/*.cu))
+$(1)_SRCS := $$(wildcard $$($(1)_DIR)/src/*.c $$($(1)_DIR)/src/*/*.c)
+$(1)_CU   := $$(if $$(filter 1,$$(HAVE_CUDA)),$$(wildcard $$($(1)_DIR)/src/cuda/*.cu $$($(1)_DIR)/src/*/cuda/*.cu))
 $(1)_OBJS := $$(patsubst %.c,$$(BUILD)/obj/%.o,$$($(1)_SRCS)) \
              $$(patsubst %.cu,$$(BUILD)/obj/%.cu.o,$$($(1)_CU))
 $(1)_INC  := -I$$($(1)_DIR)/include -I$$($(1)_DIR)/src \

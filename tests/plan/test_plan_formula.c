@@ -137,7 +137,7 @@ Test(megatron, training_time_examples) {
 
 Test(megatron, planner_count_equals_the_runtime_model) {
   /* The planner's parameter count is the length of the real GPT's flat
-   * parameter array (libparallel/src/gpt.c), for shapes large and small. */
+   * parameter array (libparallel/src/model/gpt.c), for shapes large and small. */
   const par_gpt_config_t cfgs[] = {
       {.layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256},
       {.layers = 12, .hidden = 768, .heads = 12, .seq = 1024, .vocab = 50304},

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strata/half.h>
-#include <strata/parallel.h>
+#include <strata/par_gpt.h>
 #include <strata/tensor.h>
 
 static tensor_ctx_t *ctx, *ctx16;

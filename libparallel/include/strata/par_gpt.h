@@ -1,6 +1,7 @@
-/* strata/par_gpt.h: the GPT model. Included from strata/parallel.h.
+/* strata/par_gpt.h: the GPT model. Included from strata/parallel.h; it also
+ * stands alone (it needs neither MPI nor HDF5).
  *
- * A GPT-2 style decoder (par_gpt_config_t in strata/parallel.h): token and
+ * A GPT-2 style decoder (par_gpt_config_t below): token and
  * position embeddings, L blocks of pre-layernorm causal self-attention and
  * MLP (4h, GELU tanh) with residuals, a final layernorm and a language-model
  * head tied to the token embedding, trained with softmax cross-entropy.
@@ -42,10 +43,24 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <strata/status.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* A GPT-2 style decoder: L blocks of pre-layernorm attention + MLP (4h, GELU),
+ * token and position embeddings, final layernorm, LM head tied to the token
+ * embedding. */
+typedef struct {
+  int layers;    /* L */
+  int hidden;    /* h (model width) */
+  int heads;     /* attention heads; hidden % heads == 0 */
+  int seq;       /* T, maximum sequence length (position table size) */
+  int vocab;     /* V */
+  int recompute; /* 1: recompute each block's activations in backward */
+} par_gpt_config_t;
+#define PAR_GPT_CONFIG_DEFAULTS {.layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256}
 
 typedef struct par_gpt par_gpt_t;
 

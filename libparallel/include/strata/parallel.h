@@ -6,9 +6,11 @@
  * planner's predictions can be checked against measured runs.
  *
  * The API is split over a few headers included from here:
- *   strata/par_gpt.h    the GPT model (forward, backward, named parameter views)
+ *   strata/par_gpt.h    the GPT model (forward, backward, named parameter views);
+ *                       stands alone (libtensor only, no MPI or HDF5)
  *   strata/par_plan.h   the cost model / planner and layout validation
  *   strata/par_io.h     data loading, HDF5 metrics and checkpoints
+ *   strata/par_train.h  the training engine and loop (libcomm, liboptim)
  * Prefix: par_. Status codes: strata/status.h; par_strerror() explains them. */
 #ifndef STRATA_PARALLEL_H
 #define STRATA_PARALLEL_H
@@ -16,23 +18,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <strata/status.h>
+#include <strata/par_gpt.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* A GPT-2 style decoder: L blocks of pre-layernorm attention + MLP (4h, GELU),
- * token and position embeddings, final layernorm, LM head tied to the token
- * embedding. */
-typedef struct {
-  int layers;    /* L */
-  int hidden;    /* h (model width) */
-  int heads;     /* attention heads; hidden % heads == 0 */
-  int seq;       /* T, maximum sequence length (position table size) */
-  int vocab;     /* V */
-  int recompute; /* 1: recompute each block's activations in backward */
-} par_gpt_config_t;
-#define PAR_GPT_CONFIG_DEFAULTS {.layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256}
 
 typedef enum { PAR_TP_1D = 0, PAR_TP_2D, PAR_TP_2P5D, PAR_TP_3D } par_tp_mode_t;
 typedef enum { PAR_SCHED_GPIPE = 0, PAR_SCHED_1F1B, PAR_SCHED_INTERLEAVED } par_schedule_t;
@@ -67,8 +57,8 @@ STRATA_API const char *par_strerror(int code);
 }
 #endif
 
-#include <strata/par_gpt.h>
 #include <strata/par_plan.h>
 #include <strata/par_io.h>
+#include <strata/par_train.h>
 
 #endif

@@ -3,7 +3,7 @@
 #ifndef STRATA_PAR_GPT_INTERNAL_H
 #define STRATA_PAR_GPT_INTERNAL_H
 
-#include <strata/parallel.h>
+#include <strata/par_gpt.h>
 #include <strata/tensor.h>
 
 #define GPT_ERRLEN 512

@@ -1,0 +1,202 @@
+/* strata/par_train.h: the training engine. Included from strata/parallel.h.
+ *
+ * Two levels, both C, so a program that links libparallel trains without
+ * Lua (the `strata` runner only binds them):
+ *
+ *   par_engine_*  one handle per run and rank: the model, its optimizer and
+ *                 the data-parallel communicator, with step, evaluate, save
+ *                 and load. Built from a model config, a layout and an
+ *                 optimizer config; every rank of the run's communicator
+ *                 calls every function in the same order (collective).
+ *   par_train_run the loop around it: resume, steps, evaluations, metrics
+ *                 (HDF5, rank 0), checkpoints, a progress callback, a stop
+ *                 request (signals), divergence checks.
+ *
+ * Usage (tests/train/example_engine.c builds and runs this):
+ *
+ *   par_engine_t *e;
+ *   par_gpt_config_t mc = {.layers = 2, .hidden = 64, .heads = 4, .seq = 64, .vocab = 256};
+ *   par_layout_t lay = PAR_LAYOUT_DEFAULTS;  // .dp = ranks, .microbatch = 8, .global_batch = 8 * ranks
+ *   par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
+ *   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
+ *   if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) ...
+ *   par_step_t st;
+ *   for (long s = 1; s <= 100; s++) par_engine_step(e, data, &st);
+ *   par_engine_destroy(e);
+ *
+ * Errors: every function returns STRATA_OK or a negative STRATA_E* code and
+ * leaves one line in par_engine_error(e). par_engine_error_all_ranks(e)
+ * says whether every rank returned the same error (a checkpoint refused,
+ * a diverged loss), so that a caller ends each rank cleanly, or only this
+ * one (its data file vanished), so that the caller must end the job. */
+#ifndef STRATA_PAR_TRAIN_H
+#define STRATA_PAR_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <strata/comm.h>
+#include <strata/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- engine */
+
+typedef struct par_engine par_engine_t;
+
+/* The optimizer and its learning-rate schedule (liboptim, strata/optim.h).
+ * Strings are borrowed for the call to par_engine_create. */
+typedef struct {
+  const char *name;     /* "adamw", "sgd", "momentum", "nesterov", "lamb", "lars" */
+  double lr;            /* peak learning rate (> 0) */
+  double min_lr;        /* learning rate at the end of the decay, in [0, lr] */
+  const char *schedule; /* "constant", "cosine", "linear" (decay after the warm-up) */
+  long warmup;          /* linear warm-up steps (>= 0) */
+  double weight_decay;  /* decoupled (AdamW, LAMB) or L2 (SGD, LARS); none on biases and norms */
+  double beta1, beta2, eps; /* AdamW, LAMB */
+  double momentum;      /* momentum, nesterov, LARS */
+  double clip;          /* global gradient-norm clip; 0: off */
+} par_optim_config_t;
+#define PAR_OPTIM_CONFIG_DEFAULTS                                                                  \
+  {.name = "adamw", .lr = 1e-3, .min_lr = 0.0, .schedule = "cosine", .warmup = 0,                 \
+   .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .momentum = 0.9, .clip = 1.0}
+
+typedef struct {
+  uint64_t seed;     /* model initialisation (par_gpt) */
+  int threads;       /* CPU threads of this rank; 0: OpenMP's default */
+  long steps;        /* the run's length in optimizer steps: the schedule decays over it */
+  /* Watchdog of the engine's collectives (libcomm): one that has not
+   * completed after this many seconds fails with STRATA_ETIMEOUT and a
+   * report naming the ranks that never arrived. 0 waits forever. */
+  double collective_timeout_s;
+  MPI_Comm comm;     /* the run's ranks (borrowed, duplicated); MPI_COMM_NULL: MPI_COMM_WORLD */
+} par_engine_options_t;
+#define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
+  {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL}
+
+/* Creates the engine: validates the layout against the communicator
+ * (par_layout_validate; this build trains dp x 1 x 1 x 1 with ZeRO 0),
+ * builds the model (initialised from opts.seed) and the optimizer. A step
+ * takes layout.global_batch sequences: each data-parallel rank computes
+ * global_batch / dp of them in microbatches of layout.microbatch, and the
+ * gradients are reduced once, after the last microbatch. Collective. On
+ * failure *out is NULL and err names the value at fault. */
+STRATA_API int par_engine_create(par_engine_t **out, const par_gpt_config_t *model,
+                                 const par_layout_t *layout, const par_optim_config_t *optim,
+                                 const par_engine_options_t *opts, char *err, size_t errlen);
+/* Frees everything; collective. NULL is a no-op. */
+STRATA_API void par_engine_destroy(par_engine_t *e);
+STRATA_API const char *par_engine_error(const par_engine_t *e);
+/* 1 when the last error was returned by every rank alike (see above). */
+STRATA_API int par_engine_error_all_ranks(const par_engine_t *e);
+
+/* What one optimizer step did. */
+typedef struct {
+  double loss;      /* mean training loss over the global batch */
+  double grad_norm; /* global gradient norm, before clipping */
+  double lr;        /* learning rate the update used */
+  double seconds;   /* wall time of the step (data, compute, communication, update) */
+} par_step_t;
+
+/* One optimizer step: this rank's next batch from data (par_data_next, its
+ * data-parallel share), forward, backward, gradients averaged over the
+ * global batch, clipping, the update. data is borrowed; every rank holds
+ * its own handle at the same position. */
+STRATA_API int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out);
+/* Mean validation loss over `batches` batches of layout.microbatch
+ * sequences, shared among the ranks (NaN when data has no validation split). */
+STRATA_API int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *loss);
+
+/* A name and a value, for the attributes a caller adds to checkpoints and
+ * metrics files (the recipe, versions). Borrowed. */
+typedef struct {
+  const char *name, *value;
+} par_attr_t;
+
+/* Writes a checkpoint of the training state at `step`: parameters and
+ * optimizer state as arrays of global shape (each rank its own range), the
+ * optimizer step, data's position, the model, optimizer and layout
+ * descriptions, and attrs. Written to "<path>.tmp" and renamed when
+ * complete: a failure leaves the previous checkpoint at path as it was.
+ * Collective; the status is the same on every rank. */
+STRATA_API int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, long step,
+                               const par_attr_t *attrs, int nattrs);
+/* Loads a checkpoint written by par_engine_save under any layout: the
+ * model must match (else ESHAPE naming both), the optimizer too. Restores
+ * data's position and sets *step. Collective; same status on every rank. */
+STRATA_API int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *step);
+
+/* The model (borrowed; its parameters are the replicated fp32 masters). */
+STRATA_API par_gpt_t *par_engine_model(par_engine_t *e);
+/* The data-parallel communicator (borrowed): its counters are the step's traffic. */
+STRATA_API comm_t *par_engine_comm(par_engine_t *e);
+/* Bytes of this rank: current and peak of the model's device accountant,
+ * plus the optimizer state. */
+STRATA_API int par_engine_memory(const par_engine_t *e, size_t *current, size_t *peak);
+/* One-line descriptions stored in checkpoints and metrics ("layers=2 hidden=64 ...",
+ * "adamw lr=0.01 ...", "dp=2 tp=1 ..."). Owned by the engine. */
+STRATA_API const char *par_engine_describe(const par_engine_t *e, const char *what);
+
+/* ---------------------------------------------------------------- the loop */
+
+/* Reported to the progress callback once before the first step (begin = 1,
+ * step = start, after a resume has loaded) and after every step (and its
+ * evaluation and checkpoint, if any). */
+typedef struct {
+  int begin;                 /* 1: the call before the first step */
+  int rank, ranks;
+  long step, steps, start;   /* this step, the last one, the step resumed from */
+  double loss, val_loss;     /* val_loss: NaN unless this step evaluated */
+  double last_val_loss;      /* the latest evaluation so far (NaN before the first) */
+  double lr, grad_norm;
+  double tokens_per_s;       /* training throughput since the previous progress report */
+  double elapsed_s, eta_s;
+  size_t mem_peak;           /* bytes, this rank */
+  int evaluated, saved;      /* this step evaluated / wrote a checkpoint */
+  long last_ckpt_step;       /* the latest complete checkpoint (-1: none yet) */
+} par_progress_t;
+
+typedef struct {
+  long steps;            /* run until this step (>= 1) */
+  int eval_every;        /* evaluate every N steps; 0: only after the last */
+  int eval_batches;      /* validation batches per evaluation */
+  const char *ckpt_path; /* NULL: no checkpoints */
+  long ckpt_every;       /* save every N steps; 0: none before the end */
+  int ckpt_final;        /* save after the last step */
+  const char *resume;    /* checkpoint to continue from; NULL: start at step 0 */
+  const char *metrics_path; /* HDF5 metrics file written by rank 0; NULL: none */
+  long metrics_every;    /* a metrics row every N steps (and at every evaluation) */
+  const par_attr_t *attrs; /* added to the metrics file and checkpoints */
+  int nattrs;
+  /* Called on every rank after every step; borrowed context. */
+  void (*progress)(void *ctx, const par_progress_t *p);
+  void *ctx;
+} par_train_options_t;
+#define PAR_TRAIN_OPTIONS_DEFAULTS                                                                 \
+  {.steps = 1, .eval_every = 0, .eval_batches = 8, .ckpt_final = 1, .metrics_every = 1}
+
+/* How a run ended. */
+typedef struct {
+  long start;              /* step resumed from (0: a fresh run) */
+  long step;               /* last step completed */
+  double loss, val_loss;   /* last training loss, last validation loss (NaN if none) */
+  double tokens_per_s;     /* mean training throughput (excluding evaluation and I/O) */
+  double train_seconds, elapsed_seconds;
+  long last_ckpt_step;     /* the latest complete checkpoint (-1: none) */
+} par_train_result_t;
+
+/* Runs the loop: resumes from opts.resume if given (restoring the step,
+ * optimizer state and data position), then steps until opts.steps,
+ * evaluating, appending metrics rows (rank 0; on resume the rows after
+ * the checkpoint are cut and recomputed) and saving checkpoints as asked.
+ * data is borrowed. *res (may be NULL) is filled on success and failure
+ * alike. Collective. */
+STRATA_API int par_train_run(par_engine_t *e, par_data_t *data, const par_train_options_t *opts,
+                             par_train_result_t *res);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
