@@ -215,7 +215,6 @@ static lopt_t *toopt(lua_State *L) {
  * Weight decay applies to matrices and embeddings only (the model's views). */
 static int opt_new(lua_State *L) {
   static const char *const names[] = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars", NULL};
-  static const int kinds[] = {OPTIM_ADAMW, OPTIM_SGD, OPTIM_SGD, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS};
   static const char *const scheds[] = {"constant", "cosine", "linear", NULL};
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "model");
@@ -231,47 +230,38 @@ static int opt_new(lua_State *L) {
   luaL_setmetatable(L, OPT_MT);
   lua_pushvalue(L, model_idx);
   lua_setiuservalue(L, -2, 1);
-  int kind = kinds[which];
-  optim_config oc = OPTIM_CONFIG_DEFAULTS;
-  oc.kind = kind;
-  oc.threads = lstrata_threads(NULL, NULL);
+  /* Defaults: the paper's values of each optimizer (optim_group_defaults). */
+  optim_group d = optim_group_defaults(par_optim_kind(names[which]));
+  par_optim_config_t c = {
+      .name = names[which], .schedule = scheds[sched],
+      .lr = field_num(L, 1, "lr", d.lr), .min_lr = field_num(L, 1, "min_lr", 0),
+      .warmup = field_int(L, 1, "warmup", 0),
+      .weight_decay = field_num(L, 1, "weight_decay", d.weight_decay),
+      .beta1 = field_num(L, 1, "beta1", d.beta1), .beta2 = field_num(L, 1, "beta2", d.beta2),
+      .eps = field_num(L, 1, "eps", d.eps),
+      .momentum = field_num(L, 1, "momentum", which == 0 || which == 4 ? 0 : 0.9)};
+  long steps = field_int(L, 1, "steps", 0);
+  if (sched != 0 && steps <= c.warmup)
+    return lstrata_fail(L, lua_pushfstring(L, "steps = %d must exceed warmup = %d for a %s schedule",
+                                           (int)steps, (int)c.warmup, scheds[sched]),
+                        STRATA_EINVAL);
+  int groups[2];
   char err[512] = "";
-  int rc = optim_create(&u->o, &oc, err, sizeof err);
+  int rc = par_optim_create(&u->o, &c, steps > 0 ? steps : 1, lstrata_threads(NULL, NULL), groups,
+                            err, sizeof err);
   if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
-  optim_group hp = optim_group_defaults(kind);
-  hp.lr = (float)field_num(L, 1, "lr", hp.lr);
-  hp.weight_decay = (float)field_num(L, 1, "weight_decay", hp.weight_decay);
-  hp.beta1 = (float)field_num(L, 1, "beta1", hp.beta1);
-  hp.beta2 = (float)field_num(L, 1, "beta2", hp.beta2);
-  hp.eps = (float)field_num(L, 1, "eps", hp.eps);
-  hp.momentum = which == 1 ? 0.0f : (float)field_num(L, 1, "momentum", which == 0 || which == 4 ? 0 : 0.9);
-  hp.nesterov = which == 3;
-  int d0, d1;
-  if ((rc = optim_add_group(u->o, &hp, &d0)) != STRATA_OK)
-    return lstrata_fail(L, optim_last_error(u->o), rc);
-  optim_group nd = hp;
-  nd.weight_decay = 0, nd.adapt = 0;
-  if ((rc = optim_add_group(u->o, &nd, &d1)) != STRATA_OK)
-    return lstrata_fail(L, optim_last_error(u->o), rc);
-  optim_schedule s = OPTIM_SCHEDULE_DEFAULTS;
-  s.kind = sched == 1 ? OPTIM_SCHED_COSINE : sched == 2 ? OPTIM_SCHED_POLY : OPTIM_SCHED_CONSTANT;
-  s.warmup = field_int(L, 1, "warmup", 0);
-  s.total = field_int(L, 1, "steps", 0);
-  s.end = hp.lr > 0 ? field_num(L, 1, "min_lr", 0) / hp.lr : 0;
-  if ((rc = optim_set_schedule(u->o, &s)) != STRATA_OK)
-    return lstrata_fail(L, optim_last_error(u->o), rc);
   float *params = par_gpt_params(g->model, &u->n);
   const float *grads = par_gpt_grads(g->model, NULL);
-  int need_m = !(kind == OPTIM_SGD && hp.momentum == 0), need_v = kind == OPTIM_ADAMW || kind == OPTIM_LAMB;
+  int arrays = par_optim_state_arrays(&c);
   u->nt = par_gpt_num_views(g->model);
-  if ((need_m && !(u->m = calloc(u->n, sizeof *u->m))) || (need_v && !(u->v = calloc(u->n, sizeof *u->v))) ||
+  if (((arrays & 1) && !(u->m = calloc(u->n, sizeof *u->m))) || ((arrays & 2) && !(u->v = calloc(u->n, sizeof *u->v))) ||
       !(u->t = calloc((size_t)u->nt, sizeof *u->t)) || !(u->sq = calloc((size_t)u->nt, sizeof *u->sq)))
     return luaL_error(L, "out of memory for the optimizer state");
   for (int i = 0; i < u->nt; i++) {
     const par_gpt_view_t *v = par_gpt_view(g->model, i);
     u->t[i] = (optim_tensor){.param = params + v->offset, .grad = grads + v->offset,
                              .m = u->m ? u->m + v->offset : NULL, .v = u->v ? u->v + v->offset : NULL,
-                             .group = v->decay ? d0 : d1, .n = v->numel};
+                             .group = groups[v->decay ? 0 : 1], .n = v->numel};
   }
   return 1;
 }

@@ -27,7 +27,7 @@ typedef struct {
   par_engine_t *e; /* freed by run_free, also on errors through __gc */
   long log_every, kill_step;
   int tty;
-  const char *resume; /* held by the configuration table */
+  const char *resume, *ckpt; /* held by the configuration table */
 } run_t;
 
 static int run_free(lua_State *L) {
@@ -136,6 +136,13 @@ static const char *recipe_text(lua_State *L) {
  * on a terminal) and at every evaluation. */
 static void progress(void *ctx, const par_progress_t *p) {
   run_t *r = ctx;
+  lstrata_status_t *st = lstrata_status(); /* for this rank's guard */
+  st->step = p->step;
+  st->steps = p->steps;
+  if (p->last_ckpt_step >= 0 && p->last_ckpt_step != st->ckpt_step) {
+    st->ckpt_step = p->last_ckpt_step;
+    snprintf(st->ckpt_path, sizeof st->ckpt_path, "%s", p->last_ckpt_step == p->start && r->resume ? r->resume : r->ckpt);
+  }
   if (p->begin) {
     if (p->rank == 0 && p->start > 0) {
       printf("strata: resumed from '%s' at step %ld\n", r->resume, p->start);
@@ -158,6 +165,27 @@ static void progress(void *ctx, const par_progress_t *p) {
     fflush(stdout);
   }
   if (p->step == r->kill_step) raise(SIGKILL); /* fault injection for tests */
+}
+
+static void notice(void *ctx, const char *msg) {
+  fprintf(stderr, "strata: %s\n", msg);
+  fflush(stderr);
+}
+
+/* Raises the run's end for a stop request: one line, exit status 3. */
+static int run_stopped(lua_State *L, const par_train_result_t *res) {
+  char hint[2400], msg[2600];
+  lstrata_checkpoint_hint(hint, sizeof hint);
+  snprintf(msg, sizeof msg, "stopped on request after step %ld of %ld; %s", res->step,
+           lstrata_status()->steps, hint);
+  lua_createtable(L, 0, 3);
+  lua_pushstring(L, msg);
+  lua_setfield(L, -2, "message");
+  lua_pushinteger(L, STRATA_EXIT_STOPPED);
+  lua_setfield(L, -2, "status");
+  lua_pushboolean(L, 1);
+  lua_setfield(L, -2, "same_on_all_ranks");
+  return lua_error(L);
 }
 
 /* ------------------------------------------------------------ train */
@@ -222,8 +250,15 @@ static int l_train(lua_State *L) {
   to.attrs = attrs;
   to.nattrs = (int)(sizeof attrs / sizeof *attrs);
   to.progress = progress;
+  to.notice = notice;
   to.ctx = r;
+  to.stop = lstrata_stop_flag();
+  to.diverge_factor = cfg_num(L, "train", "diverge_factor");
+  to.ckpt_on_error = !strcmp(cfg_str(L, "checkpoint", "on_error"), "continue") ? PAR_ON_ERROR_CONTINUE
+                                                                               : PAR_ON_ERROR_STOP;
+  eo.collective_timeout_s = 60 * cfg_num(L, "train", "collective_timeout");
   r->resume = to.resume;
+  r->ckpt = to.ckpt_path;
 
   char err[1600] = "";
   if (par_engine_create(&r->e, &mc, &lay, &oc, &eo, err, sizeof err) != STRATA_OK)
@@ -246,8 +281,26 @@ static int l_train(lua_State *L) {
   int rc = par_train_run(r->e, data, &to, &res);
   if (r->tty) fprintf(stderr, "\n");
   if (rc != STRATA_OK) {
-    run_fail(L, par_engine_error_all_ranks(r->e), "%s", par_engine_error(r->e));
+    const char *msg = par_engine_error(r->e);
+    int same = par_engine_error_all_ranks(r->e);
+    if (res.diverged)
+      run_fail(L, same,
+               "%s: lower optim.lr (%g) or lengthen optim.warmup (%ld); the limit is "
+               "train.diverge_factor = %g (0: only a loss that is not finite)",
+               msg, oc.lr, oc.warmup, to.diverge_factor);
+    if (res.step > res.start || rc == STRATA_ETIMEOUT) { /* training had begun: say how to go on */
+      char hint[2400];
+      lstrata_checkpoint_hint(hint, sizeof hint);
+      int n = (int)strlen(msg);
+      if (n > 0 && msg[n - 1] == '.') n--;
+      const char *ph = res.fail_phase ? res.fail_phase : "step";
+      const char *in = !strcmp(ph, "step") ? "during" : !strcmp(ph, "evaluation") ? "in the evaluation after"
+                       : !strcmp(ph, "checkpoint") ? "in the checkpoint after" : "in the last metrics rows after";
+      run_fail(L, same, "%.*s; %s step %ld; %s", n, msg, in, res.fail_step, hint);
+    }
+    run_fail(L, same, "%s", msg);
   }
+  if (res.stopped) run_stopped(L, &res);
   double entropy = par_data_entropy_rate(data);
   if (rank == 0) {
     char el[32];

@@ -1,7 +1,9 @@
 /* strata: the executable. Commands: run, plan, info, plot, help.
  *
  * Exit statuses: 0 success, 1 a run failed, 2 the command line or the
- * recipe is wrong (unknown command, syntax error, schema violation). */
+ * recipe is wrong (unknown command, syntax error, schema violation), 3 the
+ * run stopped on request (a signal) after saving a checkpoint; a rank
+ * killed by signal N: 128 + N. How runs end: runctl.c. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -36,7 +38,11 @@ static const char *usage =
     "\n"
     "Recipes are Lua 5.4 scripts: local strata = require 'strata' ... see docs/recipes.md.\n"
     "Environment: STRATA_THREADS overrides threads per rank (default cores / ranks on the node);\n"
-    "STRATA_DEBUG=1 adds Lua tracebacks to errors.\n";
+    "STRATA_DEBUG=1 adds Lua tracebacks to errors.\n"
+    "\n"
+    "Exit status: 0 done, 1 failed, 2 bad command line or recipe, 3 stopped by a signal\n"
+    "(Ctrl-C, SIGTERM, SIGUSR1) after saving a checkpoint, 128+N killed by signal N.\n"
+    "A first Ctrl-C finishes the step and saves; a second stops at once.\n";
 
 /* World rank from the launcher's environment (before MPI starts). */
 static int env_rank(void) {
@@ -96,12 +102,22 @@ static int report(lua_State *L, int rank, int size, int *same_out) {
   if (!same || rank == 0) {
     if (size > 1 && !same) fprintf(stderr, "strata: [rank %d] %s\n", rank, msg);
     else fprintf(stderr, "strata: %s\n", msg);
+    fflush(stderr);
   }
+  lstrata_status()->reported = 1; /* this rank's guard stays silent */
   *same_out = same;
   return status;
 }
 
-static int cmd_run(int argc, char **argv, int plan) {
+typedef struct {
+  const char *recipe;
+  char **overrides;
+  int noverrides, plan;
+} run_args_t;
+
+static int run_recipe(void *arg);
+
+static int cmd_run(const char *self, int argc, char **argv, int plan) {
   int np = 0, i = 0;
   if (i < argc && strcmp(argv[i], "-n") == 0) {
     if (i + 1 >= argc || (np = atoi(argv[i + 1])) < 1) {
@@ -127,18 +143,22 @@ static int cmd_run(int argc, char **argv, int plan) {
     fprintf(stderr, "strata run: cannot read recipe '%s': %s\n", recipe, strerror(errno));
     return STRATA_EXIT_USAGE;
   }
+  lstrata_set_command(self, argv + i - 1, argc - i + 1);
   if (np > 0 && env_size() == 0) {
     /* Start the ranks: mpirun -np N ... this executable run RECIPE ... */
     char **av = calloc((size_t)argc + 16, sizeof *av);
-    char nps[16], self[4096];
+    char nps[16], exe[4096];
     int a = 0;
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    ssize_t sl = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (!av || sl <= 0) {
       fprintf(stderr, "strata run: cannot find this executable to start it under mpirun\n");
+      free(av);
       return STRATA_EXIT_FAIL;
     }
-    self[sl] = 0;
+    exe[sl] = 0;
     snprintf(nps, sizeof nps, "%d", np);
+    setenv("STRATA_LAUNCH_N", nps, 1); /* the ranks' resume command says -n N */
+    setenv("STRATA_SELF", self, 1);
     av[a++] = "mpirun";
     av[a++] = "-np";
     av[a++] = nps;
@@ -146,26 +166,38 @@ static int cmd_run(int argc, char **argv, int plan) {
     av[a++] = "--quiet"; /* strata reports its own errors in one line */
     av[a++] = "--bind-to";
     av[a++] = "none";
+    av[a++] = "--stdin"; /* mpirun runs in the background: the terminal is not its */
+    av[a++] = "none";
     if (geteuid() == 0) av[a++] = "--allow-run-as-root";
-    av[a++] = self;
-    av[a++] = "run";
+    av[a++] = exe;
+    av[a++] = plan ? "plan" : "run";
     for (int k = i - 1; k < argc; k++) av[a++] = argv[k];
     av[a] = NULL;
-    fflush(stdout);
-    execvp("mpirun", av);
-    fprintf(stderr, "strata run: cannot start mpirun: %s\n", strerror(errno));
+    int status = lstrata_launch(av);
     free(av);
-    return STRATA_EXIT_FAIL;
+    return status;
   }
   if (np > 0 && env_size() != np && env_rank() == 0)
     fprintf(stderr, "strata run: -n %d ignored: already running under mpirun with %d ranks\n", np,
             env_size());
+  run_args_t ra = {recipe, argv + i, argc - i, plan};
+  if (plan) return run_recipe(&ra);
+  int size = env_size();
+  return lstrata_guarded(run_recipe, &ra, env_rank(), size > 0 ? size : 1);
+}
 
+/* One rank's run of the recipe (under its guard for `run`). */
+static int run_recipe(void *arg) {
+  const run_args_t *ra = arg;
+  const char *recipe = ra->recipe;
+  int plan = ra->plan;
   set_threads();
   int rank = env_rank(), size = env_size();
+  if (!plan) lstrata_catch_stop_signals(rank);
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "strata: cannot create a Lua state\n");
+    lstrata_status()->reported = 1;
     return STRATA_EXIT_FAIL;
   }
   luaL_openlibs(L);
@@ -173,10 +205,10 @@ static int cmd_run(int argc, char **argv, int plan) {
   /* The run's context for the runner: recipe path and overrides. */
   lua_pushstring(L, recipe);
   lua_setfield(L, -2, "recipe_path");
-  lua_createtable(L, argc - i, 0);
-  for (int k = i; k < argc; k++) {
-    lua_pushstring(L, argv[k]);
-    lua_seti(L, -2, k - i + 1);
+  lua_createtable(L, ra->noverrides, 0);
+  for (int k = 0; k < ra->noverrides; k++) {
+    lua_pushstring(L, ra->overrides[k]);
+    lua_seti(L, -2, k + 1);
   }
   lua_setfield(L, -2, "overrides");
   if (plan) lplan_enter_plan_mode(L, lua_gettop(L));
@@ -190,6 +222,7 @@ static int cmd_run(int argc, char **argv, int plan) {
   int rc = luaL_loadfile(L, recipe);
   if (rc != LUA_OK) {
     if (rank == 0) fprintf(stderr, "strata: %s\n", lua_tostring(L, -1));
+    lstrata_status()->reported = 1;
     status = STRATA_EXIT_USAGE;
   } else if (lua_pcall(L, 0, 0, 1) != LUA_OK) {
     status = report(L, rank, size, &same);
@@ -277,8 +310,8 @@ int main(int argc, char **argv) {
     lua_close(L);
     return STRATA_EXIT_OK;
   }
-  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2, 0);
-  if (!strcmp(cmd, "plan")) return cmd_run(argc - 2, argv + 2, 1);
+  if (!strcmp(cmd, "run")) return cmd_run(argv[0], argc - 2, argv + 2, 0);
+  if (!strcmp(cmd, "plan")) return cmd_run(argv[0], argc - 2, argv + 2, 1);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
   fprintf(stderr, "strata: unknown command '%s' (commands: run, plan, info, plot, help)\n", cmd);
   return STRATA_EXIT_USAGE;

@@ -51,10 +51,10 @@ local sections = {
                 doc = "decay after warm-up"},
     warmup = {t = INT, min = 0, default = 0, doc = "linear warm-up steps"},
     weight_decay = {t = NUM, min = 0, max = 10, default = 0.0, doc = "decoupled weight decay"},
-    beta1 = {t = NUM, min = 0, lt = 1, default = 0.9, doc = "Adam/LAMB first-moment decay"},
-    beta2 = {t = NUM, min = 0, lt = 1, default = 0.95, doc = "Adam/LAMB second-moment decay"},
+    beta1 = {t = NUM, min = 0, lt = 1, f32 = true, default = 0.9, doc = "Adam/LAMB first-moment decay"},
+    beta2 = {t = NUM, min = 0, lt = 1, f32 = true, default = 0.95, doc = "Adam/LAMB second-moment decay"},
     eps = {t = NUM, gt = 0, max = 1, default = 1e-8, doc = "Adam/LAMB epsilon"},
-    momentum = {t = NUM, min = 0, lt = 1, default = 0.9, doc = "SGD/LARS momentum"},
+    momentum = {t = NUM, min = 0, lt = 1, f32 = true, default = 0.9, doc = "SGD/LARS momentum"},
     clip = {t = NUM, min = 0, default = 1.0, doc = "global gradient-norm clip; 0: off"},
   },
   train = {
@@ -66,11 +66,17 @@ local sections = {
     seed = {t = INT, min = 0, default = 1, doc = "model initialisation seed"},
     resume = {t = BOOL, also_type = STR, default = false,
               doc = "true: continue from checkpoint.path; a string: from that file"},
+    collective_timeout = {t = NUM, min = 0, max = 1e6, default = 10,
+                          doc = "minutes a collective waits for a missing rank before the run ends with a report; 0: forever"},
+    diverge_factor = {t = NUM, min = 0, default = 4,
+                      doc = "the run stops when the loss exceeds this many times the first step's; 0: only a loss that is not finite"},
   },
   checkpoint = {
     path = {t = STR, doc = "checkpoint file (default RUN_DIR/checkpoint.h5)"},
     every = {t = INT, min = 0, default = 0, doc = "save every N steps; 0: only at the end"},
     final = {t = BOOL, default = true, doc = "save after the last step"},
+    on_error = {t = ENUM, values = {"stop", "continue"}, default = "stop",
+                doc = "a failed save (full disk): stop the run, or report it and train on"},
   },
   metrics = {
     path = {t = STR, doc = "metrics file (default RUN_DIR/metrics.h5)"},
@@ -217,6 +223,13 @@ local function check_value(loc, path, v, spec)
     end
     if spec.gt and v <= spec.gt then raise(loc(path), path, v, "must be > " .. show(spec.gt)) end
     if spec.lt and v >= spec.lt then raise(loc(path), path, v, "must be < " .. show(spec.lt)) end
+    -- The optimizer computes in float32: a bound that holds in double must
+    -- still hold once the value is rounded.
+    local f = spec.f32 and string.unpack("<f", string.pack("<f", v))
+    if f and spec.lt and f >= spec.lt then
+      raise(loc(path), path, v, string.format("rounds to %s in float32, the optimizer's precision; use at most %.8g",
+                                              show(f), string.unpack("<f", string.pack("<I4", 0x3f7fffff))))
+    end
   end
   return v
 end

@@ -13,11 +13,45 @@
 #include <lua.h>
 #include <lualib.h>
 #include <mpi.h>
+#include <signal.h>
+#include <stddef.h>
 
 /* Exit statuses of the executable. */
 #define STRATA_EXIT_OK 0
 #define STRATA_EXIT_FAIL 1  /* a run failed (data, I/O, numerics, Lua runtime error) */
 #define STRATA_EXIT_USAGE 2 /* the command line or the recipe is wrong */
+#define STRATA_EXIT_STOPPED 3 /* stopped on request (a signal), checkpoint saved: resume it */
+
+/* ---- run control (runctl.c): the guard, stop signals, the launcher ---- */
+
+/* What a rank's worker has reached, shared with its guard process. */
+typedef struct {
+  long step, steps;     /* the last step completed, the run's length (0: not training yet) */
+  long ckpt_step;       /* the latest complete checkpoint (-1: none) */
+  char ckpt_path[1024]; /* its path */
+  int reported;         /* the worker printed its own error before exiting */
+} lstrata_status_t;
+/* The page of this process (a private one when there is no guard). */
+lstrata_status_t *lstrata_status(void);
+/* Runs work(arg) in a worker process under a guard that reports a worker's
+ * death nobody else reports (see runctl.c); returns the exit status, in
+ * the guard and in the worker alike. */
+int lstrata_guarded(int (*work)(void *), void *arg, int rank, int ranks);
+/* Installs the stop-signal handlers of a run (rank 0 announces the stop). */
+void lstrata_catch_stop_signals(int rank);
+/* The flag the handlers set (the signal number; 0: none). */
+volatile sig_atomic_t *lstrata_stop_flag(void);
+/* `strata run -n N`: runs mpirun (argv av) in its own process group and
+ * turns interrupts into a stop of every rank; returns mpirun's status. */
+int lstrata_launch(char **av);
+/* Remembers how this run was started, for the resume command: the name
+ * of the executable and the arguments after `run` (recipe, overrides). */
+void lstrata_set_command(const char *self, char **args, int nargs);
+/* The command that continues this run from checkpoint ckpt (NULL: the
+ * command that starts it again), quoted for a shell. */
+void lstrata_resume_command(char *buf, size_t n, const char *ckpt);
+/* "last complete checkpoint: P (step N); resume with: CMD" from the status page. */
+void lstrata_checkpoint_hint(char *buf, size_t n);
 
 int luaopen_strata(lua_State *L);
 int luaopen_strata_parallel(lua_State *L); /* data, metrics, checkpoint */

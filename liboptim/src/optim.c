@@ -166,7 +166,7 @@ void optim_destroy(optim *o) {
 
 static int check_unit(optim *o, const char *what, float x) {
   if (!(x >= 0.0f && x < 1.0f))
-    return FAIL(o, STRATA_EINVAL, "optim: %s = %g must lie in [0, 1)", what, (double)x);
+    return FAIL(o, STRATA_EINVAL, "optim: %s = %.9g must lie in [0, 1)", what, (double)x);
   return STRATA_OK;
 }
 
@@ -271,7 +271,7 @@ int optim_set_schedule(optim *o, const optim_schedule *s) {
   if (c.kind == OPTIM_SCHED_POLY && !(c.power > 0.0))
     return FAIL(o, STRATA_EINVAL, "optim_set_schedule: power = %g must be > 0", c.power);
   if (!(c.end >= 0.0 && c.end <= 1.0))
-    return FAIL(o, STRATA_EINVAL, "optim_set_schedule: end = %g must lie in [0, 1]", c.end);
+    return FAIL(o, STRATA_EINVAL, "optim_set_schedule: end = %.17g must lie in [0, 1]", c.end);
   o->sched = c;
   return STRATA_OK;
 }

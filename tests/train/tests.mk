@@ -1,3 +1,4 @@
 # tests/train: the training engine of libparallel (strata/par_train.h) from C, no Lua.
 $(eval $(call strata_program,example_engine,tests/train/example_engine.c,parallel))
 TEST_SUITES += mpi:tests/train/mpi.list
+$(eval $(call strata_program,engine_faults,tests/train/engine_faults.c,parallel))

@@ -182,6 +182,17 @@ STRATA_API int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out
  * HDF5: ECORRUPT with a message naming the path. */
 STRATA_API int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err,
                              size_t errlen);
+/* Reserves `bytes` for the checkpoint being written before anything is
+ * written into it (rank 0's value counts): a file system or quota without
+ * room fails here with EIO and a message naming the bytes needed, the
+ * bytes free and the errno, while every rank can still leave cleanly.
+ * Without it a full disk hangs the job: a write that fails inside one of
+ * parallel HDF5's collective steps leaves the other ranks in that step. */
+STRATA_API int par_ckpt_reserve(par_ckpt_t *c, uint64_t bytes);
+/* Status exchanges of c that the other ranks do not reach within `seconds`
+ * fail with ETIMEOUT (the job must then be ended: a rank is stuck); 0, the
+ * default, waits forever. */
+STRATA_API void par_ckpt_set_timeout(par_ckpt_t *c, double seconds);
 /* Writes array `name` of global shape shape[0..ndim) (row-major); this rank
  * supplies elements [offset, offset+count) of the flattened array from data
  * (borrowed). The ranges of all ranks must cover the array; a rank may have

@@ -32,9 +32,11 @@
 #ifndef STRATA_PAR_TRAIN_H
 #define STRATA_PAR_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <strata/comm.h>
+#include <strata/optim.h>
 #include <strata/status.h>
 
 #ifdef __cplusplus
@@ -61,6 +63,23 @@ typedef struct {
 #define PAR_OPTIM_CONFIG_DEFAULTS                                                                  \
   {.name = "adamw", .lr = 1e-3, .min_lr = 0.0, .schedule = "cosine", .warmup = 0,                 \
    .weight_decay = 0.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .momentum = 0.9, .clip = 1.0}
+
+/* A liboptim handle for c (threads: its CPU threads) with two parameter
+ * groups: groups[0] for matrices and embeddings (weight decay, layer
+ * adaptation) and groups[1] for biases and norms (neither), and c's
+ * schedule decaying over `steps` updates. Checks every value in double
+ * precision, as given (a beta of 0.9999999999 that float32 rounds to 1 is
+ * refused by name). Caller destroys *out with optim_destroy. */
+STRATA_API int par_optim_create(optim **out, const par_optim_config_t *c, long steps, int threads,
+                                int groups[2], char *err, size_t errlen);
+/* The liboptim kind (OPTIM_ADAMW, ...) of an optimizer name; -1 if unknown. */
+STRATA_API int par_optim_kind(const char *name);
+/* The state arrays c needs: bit 0 the first moment or momentum (all but
+ * plain SGD), bit 1 the second moment (AdamW, LAMB). */
+STRATA_API int par_optim_state_arrays(const par_optim_config_t *c);
+/* "adamw lr=0.001 min_lr=0 schedule=cosine ...": the description stored
+ * in checkpoints and metrics. Returns buf. */
+STRATA_API const char *par_optim_describe(const par_optim_config_t *c, char *buf, size_t n);
 
 typedef struct {
   uint64_t seed;     /* model initialisation (par_gpt) */
@@ -97,13 +116,28 @@ typedef struct {
   double grad_norm; /* global gradient norm, before clipping */
   double lr;        /* learning rate the update used */
   double seconds;   /* wall time of the step (data, compute, communication, update) */
+  int stop;         /* a rank's stop flag was set (par_engine_watch_stop): the same on every rank */
+  int skipped;      /* the loss or the gradients were not finite: no update was applied */
 } par_step_t;
 
 /* One optimizer step: this rank's next batch from data (par_data_next, its
  * data-parallel share), forward, backward, gradients averaged over the
  * global batch, clipping, the update. data is borrowed; every rank holds
- * its own handle at the same position. */
+ * its own handle at the same position. A failure of one rank's data or
+ * model is every rank's: all return its status, with the message of the
+ * lowest failing rank ("[rank 1] data: ..."), in the same step. A loss or
+ * gradient norm that is not finite returns STRATA_OK with out->skipped
+ * set and the parameters untouched: the caller decides what divergence
+ * means. */
 STRATA_API int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out);
+/* Lets a signal handler ask for a stop: *flag (set by the handler,
+ * borrowed for the engine's life) is read at each step's reduction and
+ * travels with the loss, so every rank sees par_step_t.stop in the same
+ * step whichever rank caught the signal. NULL stops watching. */
+STRATA_API void par_engine_watch_stop(par_engine_t *e, const volatile sig_atomic_t *flag);
+/* The loss of the run's first step (kept in checkpoints, so a resumed run
+ * has it too); NaN before the first step. The reference of divergence checks. */
+STRATA_API double par_engine_initial_loss(const par_engine_t *e);
 /* Mean validation loss over `batches` batches of layout.microbatch
  * sequences, shared among the ranks (NaN when data has no validation split). */
 STRATA_API int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *loss);
@@ -169,12 +203,31 @@ typedef struct {
   long metrics_every;    /* a metrics row every N steps (and at every evaluation) */
   const par_attr_t *attrs; /* added to the metrics file and checkpoints */
   int nattrs;
+  /* A failed checkpoint (a full disk) ends the run with its error
+   * (PAR_ON_ERROR_STOP, the default), or is reported through notice and
+   * training goes on (PAR_ON_ERROR_CONTINUE). Either way the previous
+   * checkpoint is kept and the partial file removed. */
+  int ckpt_on_error;
+  /* Divergence: the run ends with an error when the loss is not finite, or
+   * exceeds diverge_factor times the first step's loss (0: only the
+   * non-finite check). */
+  double diverge_factor;
+  /* Stop requests (signals), see par_engine_watch_stop: the run ends after
+   * the step in which any rank's *stop was set, with a checkpoint when
+   * ckpt_path is set, and res->stopped = 1. NULL: none. */
+  const volatile sig_atomic_t *stop;
   /* Called on every rank after every step; borrowed context. */
   void (*progress)(void *ctx, const par_progress_t *p);
+  /* Called on rank 0 with things the user should know that do not stop the
+   * run (a leftover partial checkpoint removed, a failed checkpoint under
+   * PAR_ON_ERROR_CONTINUE). NULL: not reported. */
+  void (*notice)(void *ctx, const char *msg);
   void *ctx;
 } par_train_options_t;
+enum { PAR_ON_ERROR_STOP = 0, PAR_ON_ERROR_CONTINUE = 1 };
 #define PAR_TRAIN_OPTIONS_DEFAULTS                                                                 \
-  {.steps = 1, .eval_every = 0, .eval_batches = 8, .ckpt_final = 1, .metrics_every = 1}
+  {.steps = 1, .eval_every = 0, .eval_batches = 8, .ckpt_final = 1, .metrics_every = 1,           \
+   .ckpt_on_error = PAR_ON_ERROR_STOP, .diverge_factor = 4.0}
 
 /* How a run ended. */
 typedef struct {
@@ -183,7 +236,15 @@ typedef struct {
   double loss, val_loss;   /* last training loss, last validation loss (NaN if none) */
   double tokens_per_s;     /* mean training throughput (excluding evaluation and I/O) */
   double train_seconds, elapsed_seconds;
-  long last_ckpt_step;     /* the latest complete checkpoint (-1: none) */
+  long last_ckpt_step;     /* the latest complete checkpoint written or resumed from (-1: none) */
+  const char *last_ckpt_path; /* its path (opts.ckpt_path or opts.resume; NULL: none) */
+  int stopped;             /* ended early on a stop request (opts.stop) */
+  int diverged;            /* the error is a divergence of the loss */
+  /* Where an error happened: "resume", "start", "step", "evaluation",
+   * "checkpoint" or "end" (the last metrics rows), at step fail_step (the
+   * step in progress, or the one whose evaluation or checkpoint failed). */
+  const char *fail_phase;
+  long fail_step;
 } par_train_result_t;
 
 /* Runs the loop: resumes from opts.resume if given (restoring the step,

@@ -48,81 +48,23 @@ const char *par_engine_describe(const par_engine_t *e, const char *what) {
 
 /* ------------------------------------------------------------ optimizer */
 
-static const char *const optim_names[] = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars", NULL};
-static const int optim_kinds[] = {OPTIM_ADAMW, OPTIM_SGD, OPTIM_SGD, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS};
-static const char *const sched_names[] = {"constant", "cosine", "linear", NULL};
-static const int sched_kinds[] = {OPTIM_SCHED_CONSTANT, OPTIM_SCHED_COSINE, OPTIM_SCHED_POLY};
-
-static int lookup(const char *const *names, const char *name) {
-  for (int i = 0; name && names[i]; i++)
-    if (!strcmp(names[i], name)) return i;
-  return -1;
-}
-
-/* The optimizer with two groups (decayed matrices and embeddings; biases and
- * layernorms without decay or layer adaptation), its schedule, its state
- * (m for all but plain SGD, v for AdamW and LAMB) and one optim_tensor per
- * model view. */
+/* The optimizer, its state (flat like the parameters) and one optim_tensor
+ * per model view. */
 static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
-  int which = lookup(optim_names, c->name), sk = lookup(sched_names, c->schedule);
-  if (which < 0)
-    return engine_fail(e, 1, STRATA_EINVAL,
-                       "optimizer '%s' is unknown (adamw, sgd, momentum, nesterov, lamb, lars)",
-                       c->name ? c->name : "(null)");
-  if (sk < 0)
-    return engine_fail(e, 1, STRATA_EINVAL, "schedule '%s' is unknown (constant, cosine, linear)",
-                       c->schedule ? c->schedule : "(null)");
-  if (!(c->lr > 0) || !(c->min_lr >= 0) || c->min_lr > c->lr)
-    return engine_fail(e, 1, STRATA_EINVAL, "learning rates lr = %g, min_lr = %g: need 0 <= min_lr <= lr, lr > 0",
-                       c->lr, c->min_lr);
-  if (!(c->clip >= 0) || c->warmup < 0)
-    return engine_fail(e, 1, STRATA_EINVAL, "clip = %g and warmup = %ld must be >= 0", c->clip,
-                       c->warmup);
-  int kind = optim_kinds[which];
-  snprintf(e->optim_name, sizeof e->optim_name, "%s", optim_names[which]);
+  int groups[2];
+  char err[512];
+  int rc = par_optim_create(&e->opt, c, e->opts.steps, e->opts.threads, groups, err, sizeof err);
+  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
+  snprintf(e->optim_name, sizeof e->optim_name, "%s", c->name);
+  par_optim_describe(c, e->optim_desc, sizeof e->optim_desc);
   e->clip = c->clip;
-  optim_config oc = OPTIM_CONFIG_DEFAULTS;
-  oc.kind = kind;
-  oc.threads = e->opts.threads;
-  char err[512] = "";
-  if (optim_create(&e->opt, &oc, err, sizeof err) != STRATA_OK)
-    return engine_fail(e, 1, STRATA_EINVAL, "optimizer: %s", err);
-  optim_group g = optim_group_defaults(kind);
-  g.lr = (float)c->lr;
-  g.weight_decay = (float)c->weight_decay;
-  g.beta1 = (float)c->beta1;
-  g.beta2 = (float)c->beta2;
-  g.eps = (float)c->eps;
-  g.momentum = which == 1 ? 0.0f : (float)c->momentum;
-  g.nesterov = which == 3;
-  int id0, id1;
-  if (optim_add_group(e->opt, &g, &id0) != STRATA_OK)
-    return engine_fail(e, 1, STRATA_EINVAL, "optimizer: %s", optim_last_error(e->opt));
-  optim_group nd = g;
-  nd.weight_decay = 0;
-  nd.adapt = 0;
-  if (optim_add_group(e->opt, &nd, &id1) != STRATA_OK)
-    return engine_fail(e, 1, STRATA_EINVAL, "optimizer: %s", optim_last_error(e->opt));
-  optim_schedule s = OPTIM_SCHEDULE_DEFAULTS;
-  s.kind = sched_kinds[sk];
-  s.warmup = c->warmup;
-  s.total = e->opts.steps;
-  s.power = 1.0;
-  s.end = c->min_lr / c->lr;
-  /* A decay needs steps after the warm-up; a run no longer than its warm-up
-   * stays at the peak. */
-  if (s.kind != OPTIM_SCHED_CONSTANT && s.total <= s.warmup) s.kind = OPTIM_SCHED_CONSTANT;
-  if (optim_set_schedule(e->opt, &s) != STRATA_OK)
-    return engine_fail(e, 1, STRATA_EINVAL, "optimizer schedule: %s", optim_last_error(e->opt));
-
   size_t n = 0;
   float *params = par_gpt_params(e->model, &n);
   const float *grads = par_gpt_grads(e->model, NULL);
-  int need_m = !(kind == OPTIM_SGD && g.momentum == 0);
-  int need_v = kind == OPTIM_ADAMW || kind == OPTIM_LAMB;
-  if ((need_m && !(e->m = calloc(n, sizeof *e->m))) || (need_v && !(e->v = calloc(n, sizeof *e->v))))
+  int arrays = par_optim_state_arrays(c);
+  if (((arrays & 1) && !(e->m = calloc(n, sizeof *e->m))) || ((arrays & 2) && !(e->v = calloc(n, sizeof *e->v))))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the optimizer state (%zu parameters)", n);
-  e->state_bytes = ((need_m ? n : 0) + (need_v ? n : 0)) * sizeof(float);
+  e->state_bytes = ((e->m ? n : 0) + (e->v ? n : 0)) * sizeof(float);
   e->nt = par_gpt_num_views(e->model);
   if (!(e->tens = calloc((size_t)e->nt, sizeof *e->tens)) || !(e->sq = calloc((size_t)e->nt, sizeof *e->sq)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d optimizer tensors", e->nt);
@@ -131,13 +73,8 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
     e->tens[i] = (optim_tensor){.param = params + v->offset, .grad = grads + v->offset,
                                 .m = e->m ? e->m + v->offset : NULL,
                                 .v = e->v ? e->v + v->offset : NULL,
-                                .group = v->decay ? id0 : id1, .n = v->numel};
+                                .group = groups[v->decay ? 0 : 1], .n = v->numel};
   }
-  snprintf(e->optim_desc, sizeof e->optim_desc,
-           "%s lr=%g min_lr=%g schedule=%s warmup=%ld weight_decay=%g beta1=%g beta2=%g eps=%g "
-           "momentum=%g clip=%g",
-           e->optim_name, g.lr, c->min_lr, sched_names[sk], s.warmup, g.weight_decay, g.beta1,
-           g.beta2, g.eps, g.momentum, e->clip);
   return STRATA_OK;
 }
 
@@ -195,6 +132,7 @@ int par_engine_create(par_engine_t **out, const par_gpt_config_t *mc, const par_
   e->opts = opts ? *opts : od;
   e->mc = *mc;
   e->layout = *lay;
+  e->loss0 = NAN;
   int rc = create(e, mc, lay, oc);
   if (rc != STRATA_OK) {
     if (err && errlen) snprintf(err, errlen, "%s", e->err);
@@ -233,19 +171,38 @@ static int comm_failed(par_engine_t *e, int rc) {
   return engine_fail(e, 0, rc, "%s", comm_last_error(e->comm));
 }
 
-/* The gradient of the mean loss over the global batch: each microbatch's
- * backward accumulates the gradient of its own mean loss, so the sum over
- * the accum microbatches is scaled by 1/accum, and the ranks' results are
- * averaged (all microbatches hold the same number of targets). */
-int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
-  int rc;
-  float loss, lr = 0;
-  if (!e || !data || !out) return STRATA_EINVAL;
-  double t0 = engine_now();
-  int B = e->layout.microbatch;
-  optim_current_lr(e->opt, 0, &lr);
-  if ((rc = par_gpt_zero_grad(e->model)) != STRATA_OK) return model_fail(e, rc, "zero_grad");
+/* Makes this rank's status the run's: when any rank failed, every rank
+ * returns the status and the message of the lowest failing rank (prefixed
+ * with it), so all leave together instead of waiting for the failed one.
+ * Collective; one small allreduce, plus a broadcast when something failed. */
+int engine_agree(par_engine_t *e, int rc) {
+  if (e->size == 1) {
+    if (rc != STRATA_OK) e->err_all = 1;
+    return rc;
+  }
+  int32_t in[2] = {rc != STRATA_OK ? e->rank : e->size, rc}, who[2];
+  int crc = comm_allreduce(e->comm, who, in, 1, COMM_I32, COMM_MIN);
+  if (crc != STRATA_OK) return comm_failed(e, crc);
+  if (who[0] == e->size) return STRATA_OK;
+  int32_t code = rc;
+  char msg[sizeof e->err];
+  snprintf(msg, sizeof msg, "%s", e->err);
+  if ((crc = comm_broadcast(e->comm, &code, 1, COMM_I32, who[0])) != STRATA_OK ||
+      (crc = comm_broadcast(e->comm, msg, sizeof msg, COMM_U8, who[0])) != STRATA_OK)
+    return comm_failed(e, crc);
+  msg[sizeof msg - 1] = 0;
+  return engine_fail(e, 1, code, "[rank %d] %s", who[0], msg);
+}
+
+/* The step's local part: the gradient of the mean loss over this rank's
+ * share of the global batch. Each microbatch's backward accumulates the
+ * gradient of its own mean loss, so the sum over the accum microbatches is
+ * scaled by 1/accum (all microbatches hold the same number of targets). */
+static int local_step(par_engine_t *e, par_data_t *data, double *loss_out) {
+  int rc, B = e->layout.microbatch;
+  float loss;
   double l = 0;
+  if ((rc = par_gpt_zero_grad(e->model)) != STRATA_OK) return model_fail(e, rc, "zero_grad");
   for (int k = 0; k < e->accum; k++) {
     if ((rc = par_data_next(data, e->rank, e->size, B, e->in, e->tg)) != STRATA_OK)
       return engine_fail(e, 0, rc, "data: %s", par_data_error(data));
@@ -254,36 +211,76 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
     if ((rc = par_gpt_backward(e->model)) != STRATA_OK) return model_fail(e, rc, "backward");
     l += loss;
   }
-  size_t n = 0;
-  float *grads = par_gpt_grads(e->model, &n);
   if (e->accum > 1) {
+    size_t n = 0;
+    float *grads = par_gpt_grads(e->model, &n);
     const float inv = 1.0f / (float)e->accum;
     for (size_t i = 0; i < n; i++) grads[i] *= inv;
-    l /= e->accum;
   }
+  *loss_out = l / e->accum;
+  return STRATA_OK;
+}
+
+/* One step: the local part; the gradients averaged over the ranks; one
+ * small allreduce that carries the loss, the stop flags and the local
+ * failures together (a rank whose data or forward failed still takes part,
+ * so that every rank leaves the step with the same status); clipping and
+ * the update. A loss or gradient that is not finite skips the update. */
+int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
+  int rc;
+  float lr = 0;
+  if (!e || !data || !out) return STRATA_EINVAL;
+  memset(out, 0, sizeof *out);
+  double t0 = engine_now(), l = NAN;
+  optim_current_lr(e->opt, 0, &lr);
+  int local = local_step(e, data, &l);
+  if (e->pending_rc != STRATA_OK && local == STRATA_OK) { /* from the loop: metrics, ... */
+    local = e->pending_rc;
+    snprintf(e->err, sizeof e->err, "%s", e->pending_msg);
+  }
+  e->pending_rc = STRATA_OK;
+  size_t n = 0;
+  float *grads = par_gpt_grads(e->model, &n);
+  double ctl[3] = {l, e->stop_flag && *e->stop_flag ? 1 : 0, local != STRATA_OK ? 1 : 0};
   if (e->size > 1) {
     if ((rc = comm_allreduce(e->comm, grads, grads, n, COMM_F32, COMM_AVG)) != STRATA_OK ||
-        (rc = comm_allreduce(e->comm, &l, &l, 1, COMM_F64, COMM_AVG)) != STRATA_OK)
+        (rc = comm_allreduce(e->comm, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK)
       return comm_failed(e, rc);
+    ctl[0] /= e->size;
   }
+  if (ctl[2] > 0 && (rc = engine_agree(e, local)) != STRATA_OK) return rc;
+  out->loss = ctl[0];
+  out->stop = ctl[1] > 0;
+  out->lr = lr;
+  if (isnan(e->loss0)) e->loss0 = out->loss;
   double total = 0, gnorm = 0;
   if ((rc = optim_grad_sumsq(e->opt, e->sq, e->tens, e->nt)) != STRATA_OK)
     return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
   for (int i = 0; i < e->nt; i++) total += e->sq[i];
   float scale;
   optim_grad_scale(total, 1.0f, (float)e->clip, &scale, &gnorm);
-  /* The gradients are replicated: every rank sees the same norm. */
-  if (!isfinite(gnorm))
-    return engine_fail(e, 1, STRATA_EINVAL,
-                       "the gradients are not finite (norm %g) at loss %g: lower optim.lr", gnorm, l);
-  if ((rc = optim_step(e->opt, e->tens, e->nt, scale)) != STRATA_OK)
-    return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
-  out->loss = l;
   out->grad_norm = gnorm;
-  out->lr = lr;
+  /* The loss and the gradients are replicated: every rank decides alike. */
+  if (!isfinite(gnorm) || !isfinite(out->loss)) {
+    out->skipped = 1;
+  } else if ((rc = optim_step(e->opt, e->tens, e->nt, scale)) != STRATA_OK) {
+    return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+  }
   out->seconds = engine_now() - t0;
   return STRATA_OK;
 }
+
+void par_engine_watch_stop(par_engine_t *e, const volatile sig_atomic_t *flag) {
+  if (e) e->stop_flag = flag;
+}
+
+void engine_defer_error(par_engine_t *e, int rc, const char *msg) {
+  if (e->pending_rc != STRATA_OK) return; /* the first one counts */
+  e->pending_rc = rc;
+  snprintf(e->pending_msg, sizeof e->pending_msg, "%s", msg);
+}
+
+double par_engine_initial_loss(const par_engine_t *e) { return e ? e->loss0 : NAN; }
 
 int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *out) {
   int rc, B;

@@ -1,9 +1,12 @@
 /* par_train_run: the training loop around the engine. Resume, steps,
  * evaluations, metrics rows (rank 0), checkpoints, progress reports. */
+#include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine_internal.h"
 
@@ -24,7 +27,10 @@ typedef struct {
   par_metrics_t *metrics; /* rank 0, when opts.metrics_path */
   double *rows;           /* [ROWS_MAX][NMETRICS] not yet written */
   int nrows;
+  int failed;             /* a metrics write failed (its error joins the next step) */
   double last_flush;
+  const par_attr_t *attrs; /* opts.attrs for checkpoints */
+  int nattrs;
 } loop_t;
 
 /* Rank 0: a new metrics file, or on resume the old one cut back to the
@@ -63,11 +69,80 @@ attrs:
   return STRATA_OK;
 }
 
-static int flush_rows(loop_t *lp, double t) {
-  if (lp->nrows > 0 && par_metrics_append(lp->metrics, lp->rows, lp->nrows) != STRATA_OK)
-    return engine_fail(lp->e, 0, STRATA_EHDF5, "%s", par_metrics_error(lp->metrics));
+/* Rank 0: appends the pending rows. A failure is this rank's alone, so it
+ * is handed to the next step's reduction (engine_defer_error), which ends
+ * every rank with it; the rows stay pending. */
+static void flush_rows(loop_t *lp, double t) {
+  if (!lp->metrics || lp->failed) return;
+  if (lp->nrows > 0 && par_metrics_append(lp->metrics, lp->rows, lp->nrows) != STRATA_OK) {
+    lp->failed = 1;
+    engine_defer_error(lp->e, STRATA_EHDF5, par_metrics_error(lp->metrics));
+    return;
+  }
   lp->nrows = 0;
   lp->last_flush = t;
+}
+
+static void notice(loop_t *lp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(loop_t *lp, const char *fmt, ...) {
+  char msg[1600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (lp->e->rank == 0 && lp->o->notice) lp->o->notice(lp->o->ctx, msg);
+}
+
+/* A save interrupted by a kill leaves "<path>.tmp" (the complete
+ * checkpoint at <path> is untouched): rank 0 removes it and says so. */
+static void remove_leftover(loop_t *lp) {
+  const char *path = lp->o->ckpt_path;
+  char tmp[1100];
+  if (lp->e->rank != 0 || !path) return;
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  if (access(tmp, F_OK) != 0) return;
+  if (unlink(tmp) == 0) notice(lp, "removed '%s', left by a checkpoint save that did not finish", tmp);
+  else notice(lp, "cannot remove '%s', left by a checkpoint save that did not finish: %s", tmp, strerror(errno));
+}
+
+/* Saves a checkpoint at step; under PAR_ON_ERROR_CONTINUE a failure every
+ * rank shares is reported and the run goes on. */
+static int save(loop_t *lp, long step, par_train_result_t *res) {
+  par_engine_t *e = lp->e;
+  const par_train_options_t *o = lp->o;
+  int rc = par_engine_save(e, o->ckpt_path, lp->data, step, lp->attrs, lp->nattrs);
+  if (rc == STRATA_OK) {
+    res->last_ckpt_step = step;
+    res->last_ckpt_path = o->ckpt_path;
+    return STRATA_OK;
+  }
+  if (o->ckpt_on_error == PAR_ON_ERROR_CONTINUE && e->err_all) {
+    notice(lp, "checkpoint at step %ld failed, training goes on: %s", step, e->err);
+    return STRATA_OK;
+  }
+  return rc;
+}
+
+static int diverged(loop_t *lp, long step, const par_step_t *st, par_train_result_t *res) {
+  par_engine_t *e = lp->e;
+  double f = lp->o->diverge_factor, l0 = e->loss0;
+  if (st->skipped || !isfinite(st->loss)) {
+    res->diverged = 1;
+    char l[32], g[32];
+    snprintf(l, sizeof l, isnan(st->loss) ? "NaN" : "%g", st->loss);
+    snprintf(g, sizeof g, isnan(st->grad_norm) ? "NaN" : "%g", st->grad_norm);
+    return engine_fail(e, 1, STRATA_EINVAL,
+                       "the loss diverged at step %ld: loss %s, gradient norm %s (not finite; the "
+                       "update was not applied) at learning rate %g",
+                       step, l, g, st->lr);
+  }
+  if (f > 0 && isfinite(l0) && l0 > 0 && st->loss > f * l0) {
+    res->diverged = 1;
+    return engine_fail(e, 1, STRATA_EINVAL,
+                       "the loss diverged at step %ld: %g nats/token, more than %g times the first "
+                       "step's %.4f, at learning rate %g",
+                       step, st->loss, f, l0, st->lr);
+  }
   return STRATA_OK;
 }
 
@@ -90,6 +165,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
   long start = 0;
   if ((rc = check_options(e, o)) != STRATA_OK) return rc;
   if (o->resume) {
+    res->fail_phase = "resume";
     if ((rc = par_engine_load(e, o->resume, lp->data, &start)) != STRATA_OK) {
       char why[sizeof e->err];
       snprintf(why, sizeof why, "%s", e->err);
@@ -101,11 +177,16 @@ static int run(loop_t *lp, par_train_result_t *res) {
                          o->resume, start, o->steps);
   }
   res->start = res->step = start;
+  if (o->resume) res->last_ckpt_step = start, res->last_ckpt_path = o->resume;
+  remove_leftover(lp);
+  res->fail_phase = "start";
+  rc = STRATA_OK;
   if (e->rank == 0 && o->metrics_path) {
     if (!(lp->rows = malloc(ROWS_MAX * NMETRICS * sizeof *lp->rows)))
-      return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for metrics rows");
-    if ((rc = open_metrics(lp, start)) != STRATA_OK) return rc;
+      rc = engine_fail(e, 0, STRATA_ENOMEM, "out of memory for metrics rows");
+    else rc = open_metrics(lp, start);
   }
+  if ((rc = engine_agree(e, rc)) != STRATA_OK) return rc; /* rank 0's metrics file */
   double t0 = engine_now();
   lp->last_flush = t0;
   /* tokens/s counts training time only (data, forward, backward, allreduce,
@@ -122,15 +203,21 @@ static int run(loop_t *lp, par_train_result_t *res) {
   p.begin = 0;
   for (long step = start + 1; step <= o->steps; step++) {
     par_step_t st;
+    res->fail_phase = "step", res->fail_step = step;
     if ((rc = par_engine_step(e, lp->data, &st)) != STRATA_OK) return rc;
+    if ((rc = diverged(lp, step, &st, res)) != STRATA_OK) return rc;
     double t = engine_now();
     tt += st.seconds;
     done++, steps_row++, steps_rep++;
     res->step = step;
     res->loss = st.loss;
-    int eval = (o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps;
+    /* A stop request (every rank saw it in this step's reduction) skips the
+     * evaluation and saves now. */
+    int stop = st.stop;
+    int eval = !stop && ((o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps);
     double v = NAN;
     if (eval) {
+      res->fail_phase = "evaluation";
       if ((rc = par_engine_evaluate(e, lp->data, o->eval_batches, &v)) != STRATA_OK) return rc;
       res->val_loss = p.last_val_loss = v;
     }
@@ -147,14 +234,11 @@ static int run(loop_t *lp, par_train_result_t *res) {
       memcpy(lp->rows + (size_t)lp->nrows * NMETRICS, row, sizeof row);
       lp->nrows++;
     }
-    if (lp->metrics && (lp->nrows == ROWS_MAX || t - lp->last_flush >= 1.0 || eval || ckpt) &&
-        (rc = flush_rows(lp, t)) != STRATA_OK)
-      return rc;
-    if (ckpt) {
-      if ((rc = par_engine_save(e, o->ckpt_path, lp->data, step, o->attrs, o->nattrs)) != STRATA_OK)
-        return rc;
-      res->last_ckpt_step = step;
-    }
+    if (stop && o->ckpt_path) ckpt = 1;
+    if (lp->metrics && (lp->nrows == ROWS_MAX || t - lp->last_flush >= 1.0 || eval || ckpt || stop))
+      flush_rows(lp, t);
+    res->fail_phase = "checkpoint";
+    if (ckpt && (rc = save(lp, step, res)) != STRATA_OK) return rc;
     if (o->progress) {
       p.step = step;
       p.loss = st.loss, p.val_loss = v, p.lr = st.lr, p.grad_norm = st.grad_norm;
@@ -163,15 +247,26 @@ static int run(loop_t *lp, par_train_result_t *res) {
       p.elapsed_s = engine_now() - t0;
       p.eta_s = p.elapsed_s / (double)done * (double)(o->steps - step);
       p.mem_peak = peak;
-      p.evaluated = eval, p.saved = ckpt;
+      p.evaluated = eval, p.saved = ckpt && res->last_ckpt_step == step;
       p.last_ckpt_step = res->last_ckpt_step;
       o->progress(o->ctx, &p);
     }
+    if (stop) {
+      res->stopped = 1;
+      break;
+    }
   }
-  if (lp->metrics && (rc = flush_rows(lp, engine_now())) != STRATA_OK) return rc;
+  flush_rows(lp, engine_now());
+  res->fail_phase = "end";
+  /* The last rows' fate, or a failure no later step carried, is every rank's. */
+  int pending = e->pending_rc;
+  if (pending != STRATA_OK) snprintf(e->err, sizeof e->err, "%s", e->pending_msg);
+  e->pending_rc = STRATA_OK;
+  if ((rc = engine_agree(e, pending)) != STRATA_OK) return rc;
   res->train_seconds = tt;
   res->elapsed_seconds = engine_now() - t0;
   res->tokens_per_s = done > 0 && tt > 0 ? (double)done * tokens_per_step / tt : 0;
+  res->fail_phase = NULL;
   return STRATA_OK;
 }
 
@@ -183,8 +278,10 @@ int par_train_run(par_engine_t *e, par_data_t *data, const par_train_options_t *
   res->loss = res->val_loss = NAN;
   res->last_ckpt_step = -1;
   if (!e || !data || !opts) return STRATA_EINVAL;
-  loop_t lp = {.e = e, .data = data, .o = opts};
+  loop_t lp = {.e = e, .data = data, .o = opts, .attrs = opts->attrs, .nattrs = opts->nattrs};
+  par_engine_watch_stop(e, opts->stop);
   int rc = run(&lp, res);
+  par_engine_watch_stop(e, NULL);
   par_metrics_destroy(lp.metrics);
   free(lp.rows);
   return rc;

@@ -11,18 +11,28 @@
  *
  * Durability: the file is written as "<path>.tmp", closed, fsync'd and then
  * renamed onto <path> by rank 0, so <path> is always either the previous
- * complete checkpoint or the new complete one. */
+ * complete checkpoint or the new complete one.
+ *
+ * Full disks: a write that fails inside one of HDF5's collective steps
+ * leaves the other ranks waiting in that step forever (HDF5 cannot recover
+ * from it). So a writer first reserves the bytes the checkpoint will take
+ * (par_ckpt_reserve: fallocate on rank 0, which also counts quotas), and a
+ * full disk is refused before HDF5 writes anything; with a timeout
+ * (par_ckpt_set_timeout) a status exchange that peers never reach fails
+ * instead of waiting forever. */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <strata/parallel.h>
 
 #include "checkpoint_h5.h"
+#include "io_internal.h"
 
 /* Elements per chunk: 256 Ki floats = 1 MiB, large enough for fast I/O and
  * small enough that a damaged chunk names a small region. */
@@ -33,6 +43,8 @@ struct par_ckpt {
   int rank, size;
   hid_t file;
   int writing;
+  double timeout_s; /* status exchanges: 0 waits forever */
+  int stuck;        /* a status exchange timed out: the ranks no longer agree */
   char *path, *tmp;
   char err[1024];
 };
@@ -51,15 +63,67 @@ static int sync_status(par_ckpt_t *c, int rc) {
     int rc, rank;
   } in = {rc, c->rank}, out;
   if (c->size == 1) return rc;
-  if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, c->comm) != MPI_SUCCESS) {
-    snprintf(c->err, sizeof c->err, "checkpoint '%s': MPI_Allreduce failed", c->path);
+  MPI_Request rq;
+  if (MPI_Iallreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, c->comm, &rq) != MPI_SUCCESS) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': MPI_Iallreduce failed", c->path);
     return STRATA_EMPI;
+  }
+  double deadline = MPI_Wtime() + c->timeout_s;
+  for (int done = 0; !done;) {
+    if (MPI_Test(&rq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+      snprintf(c->err, sizeof c->err, "checkpoint '%s': MPI_Test failed", c->path);
+      return STRATA_EMPI;
+    }
+    if (!done && c->timeout_s > 0 && MPI_Wtime() > deadline) {
+      /* The request stays pending: the job cannot go on, its caller ends it. */
+      char own[512];
+      snprintf(own, sizeof own, "%.500s", rc != STRATA_OK ? c->err : "");
+      int k = snprintf(c->err, sizeof c->err,
+                       "checkpoint '%s': rank %d waited %.0f s for the other ranks to report how "
+                       "their part went; one of them is stuck (a failed write inside an HDF5 "
+                       "collective, or a stopped rank)",
+                       c->path, c->rank, c->timeout_s);
+      if (rc != STRATA_OK && k > 0 && (size_t)k < sizeof c->err)
+        snprintf(c->err + k, sizeof c->err - (size_t)k, "; this rank's own error: %.400s", own);
+      c->stuck = 1;
+      return STRATA_ETIMEOUT;
+    }
+    if (!done) {
+      struct timespec ts = {0, 200000};
+      nanosleep(&ts, NULL);
+    }
   }
   if (out.rc != STRATA_OK) MPI_Bcast(c->err, sizeof c->err, MPI_CHAR, out.rank, c->comm);
   return out.rc;
 }
 
 const char *par_ckpt_error(const par_ckpt_t *c) { return c ? c->err : "no checkpoint handle"; }
+
+void par_ckpt_set_timeout(par_ckpt_t *c, double seconds) {
+  if (c) c->timeout_s = seconds > 0 ? seconds : 0;
+}
+
+int par_ckpt_reserve(par_ckpt_t *c, uint64_t bytes) {
+  if (!c) return STRATA_EINVAL;
+  int rc = STRATA_OK;
+  if (!c->writing) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': reserve on a checkpoint opened for reading",
+             c->path);
+    rc = STRATA_ESTATE;
+  } else if (c->rank == 0 && bytes > 0) {
+    char why[400];
+    if ((rc = io_reserve(c->tmp, bytes, why, sizeof why)) != STRATA_OK)
+      snprintf(c->err, sizeof c->err, "checkpoint '%s': %s", c->path, why);
+  }
+  return sync_status(c, rc);
+}
+
+/* Gives back the blocks of the .tmp file (rank 0): after a commit, those
+ * reserved beyond its end; when abandoned, all of them, so that closing it
+ * (which flushes HDF5's metadata) does not fail on the disk it filled. */
+static void release_blocks(par_ckpt_t *c, int all) {
+  if (c->rank == 0) io_release(c->tmp, all);
+}
 
 static int ckpt_new(const char *path, MPI_Comm comm, int writing, par_ckpt_t **out, char *err,
                     size_t errlen) {
@@ -553,6 +617,7 @@ int par_ckpt_commit(par_ckpt_t *c) {
     rc = STRATA_EHDF5;
   }
   rc = sync_status(c, rc);
+  if (rc == STRATA_OK) release_blocks(c, 0);
   if (rc == STRATA_OK && c->rank == 0) {
     if (sync_path(c->tmp, 0) != 0 || rename(c->tmp, c->path) != 0) {
       snprintf(c->err, sizeof c->err, "checkpoint '%s': cannot move '%s' into place: %s",
@@ -572,7 +637,21 @@ int par_ckpt_commit(par_ckpt_t *c) {
 
 void par_ckpt_close(par_ckpt_t *c) {
   if (!c) return;
-  if (c->file >= 0) H5Fclose(c->file);
+  if (c->stuck) {
+    /* Closing is collective and the other ranks are elsewhere: leave the
+     * file to the end of the job, which must now be ended, and its name
+     * to no one. */
+    if (c->writing && c->rank == 0) unlink(c->tmp);
+    ckpt_free(c);
+    return;
+  }
+  if (c->writing) release_blocks(c, 1);
+  if (c->file >= 0 && H5Fclose(c->file) < 0) {
+    /* A file HDF5 could not close stays open inside it, and its
+     * finalisation at exit would flush it again, collectively: close it
+     * for good now (every rank is here). */
+    H5Fclose(c->file);
+  }
   if (c->writing) { /* abandoned: every rank returns once the .tmp is gone */
     if (c->rank == 0) unlink(c->tmp);
     if (c->size > 1) MPI_Barrier(c->comm);

@@ -4,6 +4,7 @@
 
 #include <hdf5.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* HDF5 prints its error stack to stderr by default; strata reports errors
@@ -22,11 +23,27 @@ static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
 }
 
 /* The innermost message of the current HDF5 error stack (the most specific
- * one, e.g. "truncated file: eof = ..."), or "" when the stack is empty. */
+ * one, e.g. "truncated file: eof = ..."), or "" when the stack is empty, on
+ * one line. A failed system call is shortened to its errno and message
+ * ("file write failed: No space left on device (errno 28)"): HDF5's own
+ * text spans lines and lists buffer addresses. */
 static inline const char *h5_last_error(char *buf, size_t len) {
   h5_msg_t m = {buf, len};
   buf[0] = 0;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, &m);
+  const char *en = strstr(buf, "errno = "), *em = strstr(buf, "error message = '");
+  const char *colon = strchr(buf, ':');
+  if (en && em && colon && colon < en) {
+    int e = atoi(en + 8);
+    char what[128], msg[128];
+    snprintf(what, sizeof what, "%.*s", (int)(colon - buf), buf);
+    snprintf(msg, sizeof msg, "%s", em + 17);
+    char *q = strchr(msg, '\'');
+    if (q) *q = 0;
+    if (snprintf(buf, len, "%s: %s (errno %d)", what, msg, e) >= (int)len) buf[len - 1] = 0;
+  }
+  for (char *p = buf; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
   return buf;
 }
 

@@ -13,8 +13,12 @@
 #include <strata/parallel.h>
 
 #include "checkpoint_h5.h"
+#include "io_internal.h"
 
 #define CHUNK_ROWS 1024
+/* Disk held ahead of the file's end (io_room) before HDF5 writes into it:
+ * a full disk is then refused cleanly, while the file is still whole. */
+#define HEADROOM ((uint64_t)256 << 10)
 
 struct par_metrics {
   char *path;
@@ -30,6 +34,7 @@ static int valid_name(const char *s) {
 
 void par_metrics_destroy(par_metrics_t *m) {
   if (!m) return;
+  if (m->path) io_release(m->path, 0); /* the headroom held beyond the end */
   for (int i = 0; i < m->count; i++) free(m->names[i]);
   free(m->names);
   free(m->path);
@@ -91,6 +96,11 @@ int par_metrics_create(const char *path, const char *const *names, int count, pa
     }
     m->count = i + 1;
   }
+  char why[400];
+  if ((rc = io_room(path, HEADROOM + (uint64_t)count * 4096, why, sizeof why)) != STRATA_OK) {
+    snprintf(msg, sizeof msg, "metrics '%s': %s", path, why);
+    goto fail;
+  }
   fapl = H5Pcreate(H5P_FILE_ACCESS);
   fcpl = H5Pcreate(H5P_FILE_CREATE);
   H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
@@ -112,8 +122,9 @@ int par_metrics_create(const char *path, const char *const *names, int count, pa
   for (int i = 0; i < count; i++) {
     ds = H5Dcreate2(f, names[i], H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
     if (ds < 0) goto h5fail;
-    H5Dclose(ds);
+    hid_t d = ds;
     ds = -1;
+    if (H5Dclose(d) < 0) goto h5fail;
   }
   if (H5Fclose(f) < 0) {
     f = -1;
@@ -239,6 +250,13 @@ int par_metrics_append(par_metrics_t *m, const double *values, int rows) {
     snprintf(m->err, sizeof m->err, "metrics append: out of memory");
     return STRATA_ENOMEM;
   }
+  char why[400];
+  uint64_t grow = HEADROOM + 4 * (uint64_t)rows * (uint64_t)m->count * sizeof(double);
+  if ((rc = io_room(m->path, grow, why, sizeof why)) != STRATA_OK) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': %s; the rows written so far are kept", m->path, why);
+    free(col);
+    return rc;
+  }
   if ((f = open_file(m->path, H5F_ACC_RDWR)) < 0) goto h5fail;
   hsize_t start = m->rows, n = (hsize_t)rows, total = m->rows + (hsize_t)rows;
   if ((ms = H5Screate_simple(1, &n, NULL)) < 0) goto h5fail;
@@ -250,8 +268,11 @@ int par_metrics_append(par_metrics_t *m, const double *values, int rows) {
     if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &n, NULL) < 0) goto h5fail;
     if (H5Dwrite(ds, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, col) < 0) goto h5fail;
     H5Sclose(fs);
-    H5Dclose(ds);
-    fs = ds = -1;
+    fs = -1;
+    /* Closing writes the chunk out of HDF5's cache: a full disk shows here. */
+    hid_t d = ds;
+    ds = -1;
+    if (H5Dclose(d) < 0) goto h5fail;
   }
   hid_t ff = f;
   f = -1;
@@ -280,6 +301,11 @@ int par_metrics_set_attr(par_metrics_t *m, const char *name, const char *value) 
   if (!name || !*name || !value) {
     snprintf(m->err, sizeof m->err, "metrics set_attr: bad name or value");
     return STRATA_EINVAL;
+  }
+  char why[400];
+  if ((rc = io_room(m->path, HEADROOM + 2 * (uint64_t)strlen(value), why, sizeof why)) != STRATA_OK) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': attribute '%s': %s", m->path, name, why);
+    return rc;
   }
   if ((f = open_file(m->path, H5F_ACC_RDWR)) < 0 || h5_set_str_attr(f, name, value) < 0) {
     snprintf(m->err, sizeof m->err, "metrics '%s': attribute '%s': %s", m->path, name,

@@ -1,0 +1,338 @@
+/* How `strata run` ends when something outside the recipe goes wrong: a
+ * rank killed or crashed, a signal asking the run to stop, the launcher
+ * interrupted. Three pieces, all in the executable (the libraries install
+ * no signal handlers and start no processes):
+ *
+ *   the guard     every rank of a run is two processes: the guard forks the
+ *                 worker (which runs the recipe) and waits for it. When the
+ *                 worker dies by a signal, or exits non-zero without having
+ *                 printed an error, the guard prints one line naming the
+ *                 rank, the signal or status, the step reached, the last
+ *                 complete checkpoint and the command that resumes, and
+ *                 exits with the worker's status (mpirun then ends the job).
+ *                 The two share one page: the worker writes its progress.
+ *   stop signals  SIGINT, SIGTERM, SIGHUP and SIGUSR1 set the worker's stop
+ *                 flag; the engine finishes the step, saves a checkpoint
+ *                 and the run exits with STRATA_EXIT_STOPPED. A second one
+ *                 stops the worker at once.
+ *   the launcher  `strata run -n N` runs mpirun in its own process group,
+ *                 so that Ctrl-C reaches the launcher only (mpirun would end
+ *                 the job at once, and drop the ranks' last words): each
+ *                 interrupt is sent on as SIGUSR1, which mpirun forwards to
+ *                 every rank. */
+#define _GNU_SOURCE /* sigabbrev_np */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "strata_lua.h"
+
+/* ------------------------------------------------------------ status */
+
+static lstrata_status_t local_status = {.ckpt_step = -1};
+static lstrata_status_t *status = &local_status;
+
+lstrata_status_t *lstrata_status(void) { return status; }
+
+/* ------------------------------------------------------------ the command */
+
+static const char *cmd_self = "strata";
+static char **cmd_args; /* the recipe and its overrides */
+static int cmd_nargs;
+
+void lstrata_set_command(const char *self, char **args, int nargs) {
+  const char *s = getenv("STRATA_SELF"); /* the name the launcher was called by */
+  cmd_self = s && *s ? s : self;
+  cmd_args = args;
+  cmd_nargs = nargs;
+}
+
+/* Appends s to buf, single-quoted when the shell would otherwise read it
+ * differently. */
+static size_t put_word(char *buf, size_t n, size_t k, const char *s) {
+  int plain = *s != 0;
+  for (const char *p = s; *p; p++)
+    if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+@%", *p))
+      plain = 0;
+  if (k + 1 < n && k > 0) buf[k++] = ' ';
+  if (plain) {
+    k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "%s", s);
+  } else {
+    if (k < n) buf[k++] = '\'';
+    for (const char *p = s; *p; p++) {
+      if (*p == '\'') k += (size_t)snprintf(buf + k, k < n ? n - k : 0, "'\\''");
+      else if (k < n) buf[k++] = *p;
+    }
+    if (k < n) buf[k++] = '\'';
+  }
+  if (k < n) buf[k] = 0;
+  else if (n) buf[n - 1] = 0;
+  return k;
+}
+
+void lstrata_resume_command(char *buf, size_t n, const char *ckpt) {
+  char ranks[16], over[1200];
+  size_t k = 0;
+  const char *launched = getenv("STRATA_LAUNCH_N");
+  const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!size) size = getenv("PMI_SIZE");
+  buf[0] = 0;
+  if (launched || !size || atoi(size) <= 1) {
+    k = put_word(buf, n, k, cmd_self);
+    k = put_word(buf, n, k, "run");
+    if (launched && atoi(launched) > 1) {
+      k = put_word(buf, n, k, "-n");
+      k = put_word(buf, n, k, launched);
+    }
+  } else {
+    snprintf(ranks, sizeof ranks, "%d", atoi(size));
+    k = put_word(buf, n, k, "mpirun");
+    k = put_word(buf, n, k, "-np");
+    k = put_word(buf, n, k, ranks);
+    k = put_word(buf, n, k, cmd_self);
+    k = put_word(buf, n, k, "run");
+  }
+  for (int i = 0; i < cmd_nargs; i++)
+    if (strncmp(cmd_args[i], "train.resume=", 13) != 0) k = put_word(buf, n, k, cmd_args[i]);
+  if (ckpt) {
+    snprintf(over, sizeof over, "train.resume=%s", ckpt);
+    put_word(buf, n, k, over);
+  }
+}
+
+void lstrata_checkpoint_hint(char *buf, size_t n) {
+  char cmd[2048];
+  int w;
+  if (status->ckpt_step >= 0 && status->ckpt_path[0]) {
+    lstrata_resume_command(cmd, sizeof cmd, status->ckpt_path);
+    w = snprintf(buf, n, "last complete checkpoint: %s (step %ld); resume with: %s",
+                 status->ckpt_path, status->ckpt_step, cmd);
+  } else {
+    lstrata_resume_command(cmd, sizeof cmd, NULL);
+    w = snprintf(buf, n, "no checkpoint was written; start again with: %s", cmd);
+  }
+  if (w < 0 || (size_t)w >= n) buf[n - 1] = 0; /* cut: the message stays one line */
+}
+
+/* ------------------------------------------------------------ stop signals */
+
+static volatile sig_atomic_t stop_flag;
+/* Only a run without mpirun announces the stop from its handler: under
+ * mpirun a SIGTERM may be mpirun ending the job after another rank died,
+ * and the launcher announces interrupts itself. */
+static int stop_quiet;
+
+volatile sig_atomic_t *lstrata_stop_flag(void) { return &stop_flag; }
+
+static void on_stop(int sig) {
+  static const char msg[] =
+      "\nstrata: stopping after this step and saving a checkpoint (interrupt again to stop at once)\n";
+  if (stop_flag) { /* the second: at once, as if not caught */
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  stop_flag = sig;
+  if (!stop_quiet) {
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+  }
+}
+
+void lstrata_catch_stop_signals(int rank) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  stop_quiet = rank != 0 || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
+}
+
+/* ------------------------------------------------------------ the guard */
+
+static volatile sig_atomic_t outside; /* a signal reached the guard: the run is being ended */
+
+static void on_outside(int sig) { outside = sig; }
+
+static const char *signal_cause(int sig) {
+  switch (sig) {
+  case SIGKILL: return "killed by a user, the scheduler or the out-of-memory killer (see dmesg)";
+  case SIGSEGV:
+  case SIGBUS:
+  case SIGILL:
+  case SIGFPE:
+  case SIGABRT: return "a crash";
+  default: return strsignal(sig);
+  }
+}
+
+/* The guard's line for a worker that ended without a word of its own. */
+static void report_death(int rank, int ranks, int wstatus) {
+  char what[160], where[160], hint[2400];
+  const char *who = ranks > 1 ? "rank" : "the run";
+  char whos[48];
+  if (ranks > 1) snprintf(whos, sizeof whos, "rank %d of %d", rank, ranks);
+  else snprintf(whos, sizeof whos, "%s", who);
+  if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    const char *abbrev = sigabbrev_np(sig);
+    snprintf(what, sizeof what, "was killed by signal %d (SIG%s: %s)", sig, abbrev ? abbrev : "?",
+             signal_cause(sig));
+  } else {
+    snprintf(what, sizeof what,
+             "exited with status %d without an error message (os.exit in the recipe?)",
+             WEXITSTATUS(wstatus));
+  }
+  if (status->steps > 0)
+    snprintf(where, sizeof where, "at step %ld of %ld", status->step, status->steps);
+  else snprintf(where, sizeof where, "before training started");
+  lstrata_checkpoint_hint(hint, sizeof hint);
+  fprintf(stderr, "strata: %s %s %s; %s\n", whos, what, where, hint);
+  fflush(stderr);
+}
+
+/* Open MPI's shared-memory transport prints this when it reads from a
+ * rank that has just died ("[host:pid] Read -1, expected 87936, errno =
+ * 3"): noise beside the guard's own line, which says what happened. */
+static int mpi_noise(const char *line) {
+  const char *r = strstr(line, "] Read -1, expected ");
+  return line[0] == '[' && r && strstr(r, "errno = ");
+}
+
+/* Copies the worker's stderr (fd) to the guard's, a line at a time,
+ * dropping mpi_noise, until the worker closes it (exits). */
+static void relay_stderr(int fd) {
+  char buf[1 << 16];
+  size_t have = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += (size_t)n;
+    buf[have] = 0;
+    char *start = buf, *nl;
+    while ((nl = memchr(start, '\n', have - (size_t)(start - buf)))) {
+      *nl = 0;
+      if (!mpi_noise(start)) fprintf(stderr, "%s\n", start);
+      start = nl + 1;
+    }
+    have -= (size_t)(start - buf);
+    memmove(buf, start, have);
+    if (have == sizeof buf - 1) { /* a line too long to hold: pass it on as is */
+      fwrite(buf, 1, have, stderr);
+      have = 0;
+    }
+    fflush(stderr);
+  }
+  if (have) fwrite(buf, 1, have, stderr);
+  fflush(stderr);
+}
+
+int lstrata_guarded(int (*work)(void *), void *arg, int rank, int ranks) {
+  lstrata_status_t *page = mmap(NULL, sizeof *page, PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return work(arg); /* unguarded, as before */
+  memset(page, 0, sizeof *page);
+  page->ckpt_step = -1;
+  status = page;
+  /* Under mpirun (never a terminal there) the worker's stderr passes
+   * through the guard, which drops Open MPI's noise about dead peers. */
+  int relay[2] = {-1, -1};
+  if (ranks > 1 && pipe(relay) != 0) relay[0] = relay[1] = -1;
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid(), pid = fork();
+  if (pid < 0) return work(arg);
+  if (pid == 0) {
+    /* The worker dies with its guard (killed by mpirun or by hand). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(STRATA_EXIT_FAIL);
+    if (relay[1] >= 0) {
+      dup2(relay[1], STDERR_FILENO);
+      close(relay[0]);
+      close(relay[1]);
+    }
+    return work(arg);
+  }
+  /* The guard takes no part in stopping: signals reach the worker too (the
+   * same process group); one reaching the guard means the run is being
+   * ended from outside, and the worker's death is then no news. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_outside;
+  sigemptyset(&sa.sa_mask);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGPIPE};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
+  if (relay[0] >= 0) {
+    close(relay[1]);
+    relay_stderr(relay[0]);
+    close(relay[0]);
+  }
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0)
+    if (errno != EINTR) return STRATA_EXIT_FAIL;
+  if (WIFEXITED(ws) && (WEXITSTATUS(ws) == 0 || page->reported)) return WEXITSTATUS(ws);
+  if (!outside) report_death(rank, ranks, ws);
+  return WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
+}
+
+/* ------------------------------------------------------------ the launcher */
+
+static volatile sig_atomic_t interrupts, first_interrupt;
+static void on_interrupt(int sig) {
+  if (!interrupts++) first_interrupt = sig;
+}
+
+int lstrata_launch(char **av) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t parent = getpid(), pid = fork();
+  if (pid < 0) {
+    fprintf(stderr, "strata run: cannot start mpirun: %s\n", strerror(errno));
+    return STRATA_EXIT_FAIL;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);                    /* Ctrl-C reaches the launcher only */
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* mpirun ends the job if the launcher dies */
+    if (getppid() != parent) _exit(STRATA_EXIT_FAIL);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) signal(sigs[i], SIG_DFL);
+    execvp("mpirun", av);
+    fprintf(stderr, "strata run: cannot start mpirun: %s\n", strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  int ws = 0, sent = 0;
+  for (;;) {
+    if (waitpid(pid, &ws, 0) == pid) break;
+    if (errno != EINTR) return STRATA_EXIT_FAIL;
+    /* mpirun forwards SIGUSR1 to every rank: the first stops after the
+     * step, the second at once (SIGTERM would make mpirun end the job
+     * itself, and Open MPI 4.1's mpirun crashes when that meets the end of
+     * a job already under way); a third ends mpirun. */
+    while (sent < interrupts) {
+      if (++sent == 1)
+        fprintf(stderr, "\nstrata: stopping after this step and saving a checkpoint (interrupt "
+                        "again to stop at once)\n");
+      else if (sent == 2)
+        fprintf(stderr, "\nstrata: stopping at once; this step is not saved\n");
+      kill(pid, sent <= 2 ? SIGUSR1 : SIGTERM);
+    }
+  }
+  if (interrupts >= 2) return 128 + first_interrupt; /* stopped at once, as by the signal */
+  if (WIFSIGNALED(ws)) return 128 + WTERMSIG(ws);
+  return WEXITSTATUS(ws);
+}
