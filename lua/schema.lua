@@ -108,6 +108,12 @@ local function show(v)
   if math.type(v) == "float" and v == math.floor(v) and math.abs(v) < 1e15 then
     return string.format("%.1f", v)
   end
+  if math.type(v) == "float" then -- the shortest decimal that reads back as v
+    for p = 14, 17 do
+      local t = string.format("%." .. p .. "g", v)
+      if tonumber(t) == v then return t end
+    end
+  end
   return tostring(v)
 end
 M.show_value = show

@@ -10,6 +10,8 @@
 #include <strata/optim.h>
 #include <strata/parallel.h>
 
+#include "num.h"
+
 static const char *const optim_names[] = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars", NULL};
 static const int optim_kinds[] = {OPTIM_ADAMW, OPTIM_SGD, OPTIM_SGD, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS};
 static const char *const sched_names[] = {"constant", "cosine", "linear", NULL};
@@ -32,26 +34,12 @@ static int fail(char *err, size_t n, const char *fmt, ...) {
   return STRATA_EINVAL;
 }
 
-/* The shortest decimal that reads back as x, so that a message shows the
- * value as the user wrote it and yet tells apart values that differ. */
-typedef struct {
-  char s[32];
-} num_t;
-static num_t num(double x) {
-  num_t r;
-  for (int p = 1; p <= 17; p++) {
-    snprintf(r.s, sizeof r.s, "%.*g", p, x);
-    if (strtod(r.s, NULL) == x) break;
-  }
-  return r;
-}
-
 /* A value in [0, 1) that float32 keeps below 1 (0.9999999999 rounds to 1). */
 static int check_unit(const char *what, double x, char *err, size_t n) {
-  if (!(x >= 0 && x < 1)) return fail(err, n, "optim.%s = %s must lie in [0, 1)", what, num(x).s);
+  if (!(x >= 0 && x < 1)) return fail(err, n, "optim.%s = %s must lie in [0, 1)", what, par_num(x).s);
   if ((float)x >= 1.0f)
     return fail(err, n, "optim.%s = %s rounds to 1 in float32, the optimizer's precision; "
-                "use at most %.8g", what, num(x).s, (double)nextafterf(1.0f, 0.0f));
+                "use at most %.8g", what, par_num(x).s, (double)nextafterf(1.0f, 0.0f));
   return STRATA_OK;
 }
 
@@ -72,14 +60,14 @@ int par_optim_create(optim **out, const par_optim_config_t *c, long steps, int t
   if (sk < 0)
     return fail(err, errlen, "optim.schedule = '%s' is unknown (constant, cosine, linear)",
                 c->schedule ? c->schedule : "(null)");
-  if (!(c->lr > 0) || isinf(c->lr)) return fail(err, errlen, "optim.lr = %s must be finite and > 0", num(c->lr).s);
+  if (!(c->lr > 0) || isinf(c->lr)) return fail(err, errlen, "optim.lr = %s must be finite and > 0", par_num(c->lr).s);
   /* min_lr / lr is the schedule's end factor; IEEE division keeps it <= 1
    * exactly when min_lr <= lr, so min_lr = lr is a constant rate. */
   if (!(c->min_lr >= 0) || c->min_lr > c->lr)
-    return fail(err, errlen, "optim.min_lr = %s must lie in [0, optim.lr = %s]", num(c->min_lr).s,
-                num(c->lr).s);
+    return fail(err, errlen, "optim.min_lr = %s must lie in [0, optim.lr = %s]", par_num(c->min_lr).s,
+                par_num(c->lr).s);
   if (!(c->clip >= 0) || isinf(c->clip))
-    return fail(err, errlen, "optim.clip = %s must be finite and >= 0 (0: no clipping)", num(c->clip).s);
+    return fail(err, errlen, "optim.clip = %s must be finite and >= 0 (0: no clipping)", par_num(c->clip).s);
   if (c->warmup < 0) return fail(err, errlen, "optim.warmup = %ld must be >= 0", c->warmup);
   if (steps < 1) return fail(err, errlen, "the run's length (%ld steps) must be >= 1", steps);
   int rc;

@@ -20,6 +20,7 @@
 #include <strata/parallel.h>
 
 #include "data_rng.h"
+#include "num.h"
 
 #define LLMC_MAGIC 20240520
 #define LLMC_HEADER_BYTES (256 * 4)
@@ -254,7 +255,7 @@ int par_data_open(const par_data_options_t *opts, par_data_t **out, char *err, s
   *out = NULL;
   if (o.seq < 1) FAIL(STRATA_EINVAL, "data: seq %d must be >= 1", o.seq);
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))
-    FAIL(STRATA_EINVAL, "data: val_fraction %g is outside [0, 1)", o.val_fraction);
+    FAIL(STRATA_EINVAL, "data: val_fraction %s is outside [0, 1)", par_num(o.val_fraction).s);
   if ((int)o.format < 0 || o.format > PAR_DATA_AUTO)
     FAIL(STRATA_EINVAL, "data: unknown format %d", (int)o.format);
   d = calloc(1, sizeof *d);

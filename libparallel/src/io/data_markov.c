@@ -13,6 +13,7 @@
 #include <strata/parallel.h>
 
 #include "data_rng.h"
+#include "num.h"
 
 #define NS 256
 
@@ -62,7 +63,7 @@ int par_markov_create(const par_markov_options_t *opts, par_markov_t **out, char
     return STRATA_EINVAL;
   }
   if (!(o.skew >= 0 && o.skew <= 16)) {
-    snprintf(msg, sizeof msg, "markov skew %g is outside 0..16", o.skew);
+    snprintf(msg, sizeof msg, "markov skew %s is outside 0..16", par_num(o.skew).s);
     seterr(err, errlen, msg);
     return STRATA_EINVAL;
   }

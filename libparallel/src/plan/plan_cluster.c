@@ -9,6 +9,8 @@
 
 #include <strata/parallel.h>
 
+#include "num.h"
+
 static const par_cluster_t presets[] = {
     /* NVIDIA DGX-1 (V100 SXM2 32 GB): 8 GPUs in an NVLink hybrid cube mesh
      * (6 links x 25 GB/s per direction), 4 x 100 Gb/s EDR InfiniBand, two
@@ -112,7 +114,7 @@ int par_cluster_validate(const par_cluster_t *c, char *why, size_t n) {
     double v = f[i].v;
     if (!isfinite(v) || v < 0 || (!f[i].zero_ok && v == 0)) {
       if (why && n)
-        snprintf(why, n, "cluster '%s': %s = %g must be %s and finite", c->name, f[i].key, v,
+        snprintf(why, n, "cluster '%s': %s = %s must be %s and finite", c->name, f[i].key, par_num(v).s,
                  f[i].zero_ok ? ">= 0" : "> 0");
       return STRATA_EINVAL;
     }
