@@ -2,3 +2,4 @@
 $(eval $(call strata_criterion,test_io_data,tests/io/test_io_data.c tests/io/test_io_metrics.c,parallel))
 $(eval $(call strata_program,test_io_ckpt,tests/io/test_io_ckpt.c,parallel))
 TEST_SUITES += mpi:tests/io/mpi.list sh:tests/io/ckpt_kill.sh
+$(eval $(call strata_program,model_files,tests/io/model_files.c,parallel))

@@ -11,6 +11,8 @@
  *                 whose position is one integer (part of the training state).
  *   par_metrics_* an HDF5 file with one extendible 1-D dataset per metric and
  *                 string attributes describing the run (written by one rank).
+ *   par_model_*   GPT-2 weights in and out of a par_gpt: llm.c model files,
+ *                 Hugging Face safetensors, strata checkpoints.
  *   par_ckpt_*    HDF5 checkpoints: named fp32 arrays with their global shape,
  *                 each rank writing/reading a contiguous range of the
  *                 flattened array (parallel HDF5, collective), Fletcher32
@@ -25,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <mpi.h>
+#include <strata/par_gpt.h>
 #include <strata/status.h>
 
 #ifdef __cplusplus
@@ -225,6 +228,35 @@ STRATA_API int par_ckpt_commit(par_ckpt_t *c);
  * NULL is a no-op. */
 STRATA_API void par_ckpt_close(par_ckpt_t *c);
 STRATA_API const char *par_ckpt_error(const par_ckpt_t *c);
+
+/* ---------------------------------------------------------------- model files */
+
+typedef enum {
+  PAR_MODEL_STRATA = 0, /* a strata checkpoint (HDF5): params/<view> arrays, attribute "model" */
+  PAR_MODEL_LLMC,       /* llm.c's gpt2_124M.bin: int32 header (20240326, version 3 fp32 or 5
+                           bf16), parameters kind by kind, vocabulary padded to Vp rows */
+  PAR_MODEL_SAFETENSORS /* Hugging Face GPT-2 model.safetensors (F32, BF16, F16 read; F32
+                           written), Conv1D weights stored (in, out) */
+} par_model_format_t;
+
+STRATA_API const char *par_model_format_name(par_model_format_t f);
+/* What a model file is (by its first bytes, not its name) and the model it
+ * holds. For safetensors the heads come from the header's metadata
+ * ("n_head", which strata writes) or a config.json beside the file. A
+ * strata checkpoint is read through MPI-IO: MPI must be initialised. */
+STRATA_API int par_model_probe(const char *path, par_model_format_t *fmt, par_gpt_config_t *cfg,
+                               char *err, size_t errlen);
+/* Reads the weights of a model file into model, whose configuration must
+ * be the file's (ESHAPE naming both otherwise). bf16 and f16 weights are
+ * widened exactly; llm.c's padded vocabulary rows beyond V are not read. */
+STRATA_API int par_model_read(const char *path, par_gpt_t *model, char *err, size_t errlen);
+/* Writes model's weights to path in fmt (bf16: llm.c version 5, else fp32),
+ * through "<path>.tmp" renamed when complete. llm.c files pad the
+ * vocabulary with zero rows to a multiple of 128; safetensors carry the
+ * configuration in their metadata. Reading what this wrote and writing it
+ * again gives the same bytes. */
+STRATA_API int par_model_write(const char *path, par_model_format_t fmt, int bf16, par_gpt_t *model,
+                               char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
