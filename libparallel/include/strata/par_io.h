@@ -11,6 +11,8 @@
  *                 whose position is one integer (part of the training state).
  *   par_metrics_* an HDF5 file with one extendible 1-D dataset per metric and
  *                 string attributes describing the run (written by one rank).
+ *   par_tokenizer_* GPT-2's byte-level BPE: decode from llm.c's tokenizer file
+ *                 or vocab.json, encode with vocab.json + merges.txt.
  *   par_model_*   GPT-2 weights in and out of a par_gpt: llm.c model files,
  *                 Hugging Face safetensors, strata checkpoints.
  *   par_ckpt_*    HDF5 checkpoints: named fp32 arrays with their global shape,
@@ -228,6 +230,31 @@ STRATA_API int par_ckpt_commit(par_ckpt_t *c);
  * NULL is a no-op. */
 STRATA_API void par_ckpt_close(par_ckpt_t *c);
 STRATA_API const char *par_ckpt_error(const par_ckpt_t *c);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+typedef struct par_tokenizer par_tokenizer_t;
+
+/* Opens llm.c's gpt2_tokenizer.bin (decoding only) or GPT-2's vocab.json
+ * (decoding; encoding too when merges.txt lies beside it), told apart by
+ * their contents. Caller destroys *out. */
+STRATA_API int par_tokenizer_open(const char *path, par_tokenizer_t **out, char *err, size_t errlen);
+STRATA_API void par_tokenizer_destroy(par_tokenizer_t *t);
+STRATA_API int par_tokenizer_vocab(const par_tokenizer_t *t);
+/* The end-of-text token (GPT-2: 50256), or -1 when the tokenizer has none. */
+STRATA_API int par_tokenizer_eot(const par_tokenizer_t *t);
+STRATA_API int par_tokenizer_can_encode(const par_tokenizer_t *t);
+/* The bytes of token id (*len of them; owned by the tokenizer), NULL when
+ * id is out of range. */
+STRATA_API const char *par_tokenizer_token(const par_tokenizer_t *t, int id, size_t *len);
+/* Writes the bytes of ids[0..n) into buf (cap bytes, NUL-terminated, cut
+ * when short) and returns their total length (ids out of range skipped). */
+STRATA_API size_t par_tokenizer_decode(const par_tokenizer_t *t, const int32_t *ids, size_t n,
+                                       char *buf, size_t cap);
+/* GPT-2's encoding of text[0..len) (UTF-8): *ids malloc'd (caller frees),
+ * *n of them. EUNSUPPORTED without merges.txt. */
+STRATA_API int par_tokenizer_encode(par_tokenizer_t *t, const char *text, size_t len, int32_t **ids,
+                                    size_t *n, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------- model files */
 
