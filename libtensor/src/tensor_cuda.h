@@ -47,6 +47,8 @@ int tcu_layernorm_backward(tensor_ctx_t *ctx, float *din, float *dw, float *db, 
                            int64_t rows, int C);
 int tcu_gelu_forward(tensor_ctx_t *ctx, float *out, const float *in, int64_t n);
 int tcu_gelu_backward(tensor_ctx_t *ctx, float *din, const float *dout, const float *in, int64_t n);
+int tcu_attention_decode(tensor_ctx_t *ctx, float *out, const float *q, const float *k, const float *v,
+                         int B, int Tmax, int C, int NH, int len);
 int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T,
                           int C, int NH);
 int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,

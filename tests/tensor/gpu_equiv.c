@@ -271,6 +271,21 @@ static void test_attention(int B, int T, int NH, int hs) {
   freeall(all, 10);
 }
 
+/* Decode over a KV cache: the device kernel against the CPU. */
+static void test_attention_decode(int B, int len, int Tmax, int NH, int hs) {
+  int C = NH * hs;
+  int64_t sq[2] = {B, C}, sk[3] = {B, Tmax, C};
+  tensor_t q = hrand(2, sq, 51, 1.f), o = hrand(2, sq, 52, 1.f), k = hrand(3, sk, 53, 1.f), v = hrand(3, sk, 54, 1.f);
+  tensor_t dq = todev(&q), dout = todev(&o), dk = todev(&k), dv = todev(&v);
+  char name[80];
+  snprintf(name, sizeof name, "attention decode B%d len%d NH%d hs%d", B, len, NH, hs);
+  must(tensor_attention_decode(ctx, &o, &q, &k, &v, len, NH), name);
+  must(tensor_attention_decode(ctx, &dout, &dq, &dk, &dv, len, NH), name);
+  expect(name, &dout, &o, 1e-5, 1e-4, NULL, 0);
+  tensor_t all[8] = {q, o, k, v, dq, dout, dk, dv};
+  freeall(all, 8);
+}
+
 static void test_embedding_xent_dropout(void) {
   int B = 3, T = 40, C = 64, V = 50304;
   int32_t *ids = malloc(sizeof(int32_t) * B * T);
@@ -623,6 +638,9 @@ int main(void) {
   test_attention(2, 100, 4, 32);
   test_attention(1, 77, 2, 64);
   test_attention(1, 40, 1, 128); /* > 48 KiB of shared memory in the backward */
+  test_attention_decode(2, 37, 64, 4, 32);
+  test_attention_decode(1, 1, 8, 12, 64);
+  test_attention_decode(1, 1000, 1024, 12, 64); /* GPT-2's context */
   test_attention(3, 1, 2, 16);   /* one token: only the diagonal */
   test_attention(2, 17, 3, 8);   /* a second tile with one row; hs < 32 lanes */
   test_embedding_xent_dropout();

@@ -351,6 +351,36 @@ Test(ops, attention) { check_attention(2, 5, 2, 3); }
 Test(ops, attention_long_rows) { check_attention(1, 19, 2, 4); } /* rows past the 8-wide vector loop */
 Test(ops, attention_causal_blocks) { check_attention(1, 150, 1, 2); } /* 3 causal blocks, last partial */
 
+/* Decode: the last row of the causal reference, from a cache holding the
+ * keys and values of positions 0..len-1 (and garbage beyond, unread). */
+static void check_decode(int B, int len, int Tmax, int NH, int hs) {
+  at_arg p = {B, len, NH * hs, NH};
+  int C = p.C;
+  int64_t sq[3] = {B, len, 3 * C}, sqr[2] = {B, C}, sk[3] = {B, Tmax, C};
+  arg_t QKV = mk(3, sq, 81, 1.5f), q = mk(2, sqr, 1, 1.f), o = mk(2, sqr, 2, 1.f);
+  arg_t k = mk(3, sk, 3, 9.f), v = mk(3, sk, 4, 9.f);
+  float *x = QKV.t.data, *qq = q.t.data, *kk = k.t.data, *vv = v.t.data;
+  for (int b = 0; b < B; b++) {
+    for (int c = 0; c < C; c++) qq[b * C + c] = x[((size_t)b * len + len - 1) * 3 * C + c];
+    for (int t = 0; t < len; t++)
+      for (int c = 0; c < C; c++) {
+        kk[((size_t)b * Tmax + t) * C + c] = x[((size_t)b * len + t) * 3 * C + C + c];
+        vv[((size_t)b * Tmax + t) * C + c] = x[((size_t)b * len + t) * 3 * C + 2 * C + c];
+      }
+  }
+  double *ins[1] = {QKV.d}, *ref = dalloc((size_t)B * len * C), *last = dalloc((size_t)B * C);
+  ref_attn(ins, ref, &p);
+  for (int b = 0; b < B; b++) memcpy(last + b * C, ref + ((size_t)b * len + len - 1) * C, sizeof(double) * C);
+  cr_assert_eq(tensor_attention_decode(ctx, &o.t, &q.t, &k.t, &v.t, len, NH), 0, "%s", tensor_last_error(ctx));
+  expect_close("attention decode", o.t.data, last, (int64_t)B * C);
+  cr_assert_eq(tensor_attention_decode(ctx, &o.t, &q.t, &k.t, &v.t, Tmax + 1, NH), STRATA_EINVAL);
+  free(ref), free(last);
+  drop(&QKV), drop(&q), drop(&o), drop(&k), drop(&v);
+}
+
+Test(ops, attention_decode) { check_decode(2, 7, 12, 2, 3); }
+Test(ops, attention_decode_first) { check_decode(1, 1, 4, 3, 4); } /* one position: out = v */
+
 /* ---- embedding ---- */
 typedef struct {
   int B, T, C;

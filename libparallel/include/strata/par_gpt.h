@@ -137,6 +137,48 @@ STRATA_API int par_gpt_memory(const par_gpt_t *model, size_t *current, size_t *p
  * 6 N + 6 L h T (matmuls, attention scores and values counted once each way). */
 STRATA_API double par_gpt_flops_per_token(const par_gpt_config_t *cfg, int T);
 
+/* ---- generation ----
+ *
+ * A KV cache of the model's keys and values at each position, so that each
+ * new token costs one row through the blocks:
+ *
+ *   par_gpt_kv_t *kv;
+ *   par_gpt_kv_create(&kv, m, cfg.seq);
+ *   par_gpt_kv_append(kv, prompt, n, logits);      // logits of the next token
+ *   for (...) {
+ *     par_gpt_sample(logits, V, &so, step, &tok);
+ *     par_gpt_kv_append(kv, &tok, 1, logits);
+ *   }
+ */
+typedef struct par_gpt_kv par_gpt_kv_t;
+
+/* A cache for up to max_len positions (<= cfg.seq) of model (borrowed; it
+ * must outlive the cache). Caller destroys it. */
+STRATA_API int par_gpt_kv_create(par_gpt_kv_t **kv, par_gpt_t *model, int max_len);
+STRATA_API void par_gpt_kv_destroy(par_gpt_kv_t *kv);
+/* Positions held so far; reset empties the cache. */
+STRATA_API int par_gpt_kv_len(const par_gpt_kv_t *kv);
+STRATA_API void par_gpt_kv_reset(par_gpt_kv_t *kv);
+/* Appends tokens[0..n) at the next positions and writes the logits of the
+ * last one (V floats, host memory, may be NULL; par_gpt_kv_logits keeps
+ * them too). A prompt appended to an empty cache runs as one forward. The
+ * model's last forward is overwritten. EINVAL past max_len. */
+STRATA_API int par_gpt_kv_append(par_gpt_kv_t *kv, const int32_t *tokens, int n, float *logits);
+STRATA_API const float *par_gpt_kv_logits(const par_gpt_kv_t *kv);
+
+typedef struct {
+  double temperature; /* 0: greedy (the first of the largest logits) */
+  int top_k;          /* sample among the top_k largest; <= 0: all */
+  uint64_t seed;      /* the draw of step s is a function of (seed, s) alone */
+} par_sample_options_t;
+#define PAR_SAMPLE_DEFAULTS {.temperature = 1.0, .top_k = 40, .seed = 1}
+
+/* Draws a token from softmax(logits / temperature) over the top_k largest,
+ * with a uniform number from Philox keyed by (seed, "sample") at counter
+ * `step`: the same seed and step give the same token. */
+STRATA_API int par_gpt_sample(const float *logits, int V, const par_sample_options_t *o, uint64_t step,
+                              int32_t *token);
+
 #ifdef __cplusplus
 }
 #endif

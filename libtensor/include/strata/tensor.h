@@ -216,6 +216,13 @@ STRATA_API int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, cons
                                          const tensor_t *qkv, const tensor_t *out,
                                          const tensor_t *lse, int heads);
 
+/* Attention of one new position against a KV cache (generation): q (B,C)
+ * holds the new queries, k and v (B,Tmax,C) the keys and values of
+ * positions 0..len-1 (the new one included), heads side by side as in qkv;
+ * out (B,C) = softmax(q k^T / sqrt(C/heads)) v per head, over those len. */
+STRATA_API int tensor_attention_decode(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *q,
+                                       const tensor_t *k, const tensor_t *v, int len, int heads);
+
 /* Embedding: out(B,T,C) = wte[ids[b,t]] + wpe[t] (wpe (>=T,C) may be NULL);
  * ids i32 (B,T). An id outside [0,V) fails with STRATA_EINVAL. */
 STRATA_API int tensor_embedding_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *ids,

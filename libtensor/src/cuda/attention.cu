@@ -230,3 +230,59 @@ extern "C" int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const floa
   LAUNCHED();
   return STRATA_OK;
 }
+
+/* One query per (batch, head) against len cached positions: a block per
+ * (head, batch); scores in shared memory, reduced for max and sum. */
+__global__ void k_attn_decode(float *out, const float *q, const float *k, const float *v, int Tmax,
+                              int C, int hs, int len, float scale) {
+  extern __shared__ float sh[]; /* len scores, then NT for reductions */
+  float *p = sh, *red = sh + len;
+  int h = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+  const float *qh = q + (size_t)b * C + (size_t)h * hs;
+  float m = -INFINITY;
+  for (int t = tid; t < len; t += NT) {
+    const float *kt = k + ((size_t)b * Tmax + t) * C + (size_t)h * hs;
+    float s = 0.f;
+    for (int d = 0; d < hs; d++) s += qh[d] * kt[d];
+    p[t] = s * scale;
+    m = fmaxf(m, p[t]);
+  }
+  red[tid] = m;
+  __syncthreads();
+  for (int w = NT / 2; w > 0; w /= 2) {
+    if (tid < w) red[tid] = fmaxf(red[tid], red[tid + w]);
+    __syncthreads();
+  }
+  m = red[0];
+  __syncthreads();
+  float sum = 0.f;
+  for (int t = tid; t < len; t += NT) sum += (p[t] = __expf(p[t] - m));
+  red[tid] = sum;
+  __syncthreads();
+  for (int w = NT / 2; w > 0; w /= 2) {
+    if (tid < w) red[tid] += red[tid + w];
+    __syncthreads();
+  }
+  float inv = 1.f / red[0];
+  for (int d = tid; d < hs; d += NT) {
+    float o = 0.f;
+    for (int t = 0; t < len; t++) o += p[t] * v[((size_t)b * Tmax + t) * C + (size_t)h * hs + d];
+    out[(size_t)b * C + (size_t)h * hs + d] = o * inv;
+  }
+}
+
+extern "C" int tcu_attention_decode(tensor_ctx_t *ctx, float *out, const float *q, const float *k,
+                                    const float *v, int B, int Tmax, int C, int NH, int len) {
+  tcu_state *s;
+  int rc = tcu_state_get(ctx, &s);
+  if (rc) return rc;
+  int hs = C / NH;
+  size_t smem = sizeof(float) * ((size_t)len + NT);
+  rc = attn_launch_check(ctx, "tensor_attention_decode", (const void *)k_attn_decode, smem, NH, B, hs,
+                         s->device);
+  if (rc) return rc;
+  dim3 grid(NH, B);
+  k_attn_decode<<<grid, NT, smem>>>(out, q, k, v, Tmax, C, hs, len, 1.f / sqrtf((float)hs));
+  LAUNCHED();
+  return STRATA_OK;
+}
