@@ -76,7 +76,7 @@ function M.prepare_and_train(cfg)
   local d = cfg.data
   local data, err = M.data.open{
     source = d.source, path = d.path, val_path = d.val_path, val_fraction = d.val_fraction,
-    seq = cfg.model.seq, seed = d.seed, tokens = d.tokens, fanout = d.fanout, skew = d.skew,
+    seq = cfg.train.seq or cfg.model.seq, seed = d.seed, tokens = d.tokens, fanout = d.fanout, skew = d.skew,
     markov_seed = d.markov_seed}
   if not data then fail(err) end
   if cfg.model.vocab == "auto" then

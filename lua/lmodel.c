@@ -55,6 +55,9 @@ static double field_num(lua_State *L, int t, const char *k, double def) {
 }
 
 /* strata.gpt{layers=, hidden=, heads=, seq=, vocab=, recompute=, seed=}
+ * strata.gpt{init = PATH [, recompute=]}: the configuration and weights of
+ *   a strata checkpoint, an llm.c model file or a Hugging Face safetensors
+ *   (sizes given beside init must agree with the file's)
  * -> model | nil, message, code */
 static int gpt_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -62,11 +65,31 @@ static int gpt_new(lua_State *L) {
   u->model = NULL;
   luaL_setmetatable(L, GPT_MT);
   par_gpt_config_t c = PAR_GPT_CONFIG_DEFAULTS;
-  c.layers = field_int(L, 1, "layers", c.layers);
-  c.hidden = field_int(L, 1, "hidden", c.hidden);
-  c.heads = field_int(L, 1, "heads", c.heads);
-  c.seq = field_int(L, 1, "seq", c.seq);
-  c.vocab = field_int(L, 1, "vocab", c.vocab);
+  char err[1024];
+  lua_getfield(L, 1, "init");
+  const char *init = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+  lua_pop(L, 1); /* the string stays in the argument table */
+  if (init) {
+    par_model_format_t f;
+    lstrata_world(L); /* strata checkpoints are read through MPI-IO */
+    int rc = par_model_probe(init, &f, &c, err, sizeof err);
+    if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+    static const char *const keys[] = {"layers", "hidden", "heads", "seq", "vocab"};
+    int have[] = {c.layers, c.hidden, c.heads, c.seq, c.vocab};
+    for (int i = 0; i < 5; i++) {
+      int v = field_int(L, 1, keys[i], have[i]);
+      if (v != have[i])
+        return lstrata_fail(L, lua_pushfstring(L, "%s = %d, but '%s' holds a model of %s = %d", keys[i], v, init,
+                                               keys[i], have[i]),
+                            STRATA_ESHAPE);
+    }
+  } else {
+    c.layers = field_int(L, 1, "layers", c.layers);
+    c.hidden = field_int(L, 1, "hidden", c.hidden);
+    c.heads = field_int(L, 1, "heads", c.heads);
+    c.seq = field_int(L, 1, "seq", c.seq);
+    c.vocab = field_int(L, 1, "vocab", c.vocab);
+  }
   lua_getfield(L, 1, "recompute");
   c.recompute = lua_toboolean(L, -1);
   lua_pop(L, 1);
@@ -75,6 +98,77 @@ static int gpt_new(lua_State *L) {
   o.threads = lstrata_threads(NULL, NULL);
   int rc = par_gpt_create_ex(&u->model, &c, &o, seed);
   if (rc != STRATA_OK) return lstrata_fail(L, par_gpt_create_error(), rc);
+  if (init && (rc = par_model_read(init, u->model, err, sizeof err)) != STRATA_OK) return lstrata_fail(L, err, rc);
+  return 1;
+}
+
+/* strata.model_config(path) -> {layers=, hidden=, heads=, seq=, vocab=, format=}
+ * | nil, message, code: the model a file holds (any of strata's formats) */
+static int model_config(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  par_gpt_config_t c;
+  par_model_format_t f;
+  char err[1024];
+  lstrata_world(L);
+  int rc = par_model_probe(path, &f, &c, err, sizeof err);
+  if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+  lua_createtable(L, 0, 6);
+  int v[] = {c.layers, c.hidden, c.heads, c.seq, c.vocab};
+  const char *k[] = {"layers", "hidden", "heads", "seq", "vocab"};
+  for (int i = 0; i < 5; i++) {
+    lua_pushinteger(L, v[i]);
+    lua_setfield(L, -2, k[i]);
+  }
+  lua_pushstring(L, par_model_format_name(f));
+  lua_setfield(L, -2, "format");
+  return 1;
+}
+
+/* m:generate(prompt, {n=, temperature=, top_k=, seed=, eot=}) -> {ids...}
+ * prompt: a table or strata.ints of token ids; up to n tokens after it
+ * (default 100), stopping at eot or where the model's positions end. */
+static int gpt_generate(lua_State *L) {
+  lgpt_t *u = togpt(L, 1);
+  size_t np;
+  int32_t *prompt;
+  if (lua_istable(L, 2)) { /* copied into a userdata the collector frees */
+    np = lua_rawlen(L, 2);
+    prompt = lua_newuserdatauv(L, (np ? np : 1) * sizeof *prompt, 0);
+    for (size_t i = 0; i < np; i++) {
+      lua_rawgeti(L, 2, (lua_Integer)i + 1);
+      int ok;
+      lua_Integer v = lua_tointegerx(L, -1, &ok);
+      luaL_argcheck(L, ok, 2, "token ids must be integers");
+      prompt[i] = (int32_t)v;
+      lua_pop(L, 1);
+    }
+  } else {
+    lstrata_buf_t *b = lstrata_checkbuf(L, 2, 1);
+    prompt = b->p, np = b->n;
+  }
+  int opts = lua_istable(L, 3) ? 3 : 0;
+  par_sample_options_t so = PAR_SAMPLE_DEFAULTS;
+  int n = 100, eot = -1;
+  if (opts) {
+    n = field_int(L, opts, "n", n);
+    so.temperature = field_num(L, opts, "temperature", so.temperature);
+    so.top_k = field_int(L, opts, "top_k", so.top_k);
+    so.seed = (uint64_t)field_int(L, opts, "seed", (int)so.seed);
+    lua_getfield(L, opts, "eot");
+    if (!lua_isnil(L, -1)) eot = (int)luaL_checkinteger(L, -1);
+    lua_pop(L, 1);
+  }
+  int32_t *out = NULL;
+  int nout = 0;
+  char err[512];
+  int rc = lstrata_generate(u->model, prompt, (int)np, n, &so, eot, NULL, NULL, &out, &nout, err, sizeof err);
+  if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+  lua_createtable(L, nout, 0);
+  for (int i = 0; i < nout; i++) {
+    lua_pushinteger(L, out[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  free(out);
   return 1;
 }
 
@@ -334,13 +428,15 @@ int luaopen_strata_model(lua_State *L) {
                                 {"zero_grad", gpt_zero_grad}, {"params", gpt_params},
                                 {"grads", gpt_grads}, {"views", gpt_views},
                                 {"config", gpt_config}, {"memory", gpt_memory},
+                                {"generate", gpt_generate},
                                 {"close", gpt_close}, {NULL, NULL}};
   static const luaL_Reg om[] = {{"clip", opt_clip}, {"step", opt_step}, {"lr", opt_lr},
                                 {"step_count", opt_get_step}, {"set_step_count", opt_set_step},
                                 {"state", opt_state}, {"close", opt_close}, {NULL, NULL}};
   lstrata_newclass(L, GPT_MT, gm, gpt_close, gpt_tostring);
   lstrata_newclass(L, OPT_MT, om, opt_close, opt_tostring);
-  static const luaL_Reg f[] = {{"gpt", gpt_new}, {"optimizer", opt_new}, {NULL, NULL}};
+  static const luaL_Reg f[] = {{"gpt", gpt_new}, {"optimizer", opt_new}, {"model_config", model_config},
+                               {NULL, NULL}};
   luaL_newlib(L, f);
   return 1;
 }

@@ -540,7 +540,107 @@ static const luaL_Reg ckpt_methods[] = {
 
 /* ---------------------------------------------------------------- module */
 
+/* ------------------------------------------------------------ tokenizer */
+
+#define TOK_MT "strata.tokenizer"
+
+typedef struct {
+  par_tokenizer_t *t; /* NULL when closed */
+} ltok_t;
+
+static ltok_t *totok(lua_State *L) {
+  ltok_t *u = luaL_checkudata(L, 1, TOK_MT);
+  if (!u->t) luaL_error(L, "attempt to use a closed tokenizer");
+  return u;
+}
+
+/* strata.tokenizer(path) -> tokenizer | nil, message, code: llm.c's
+ * gpt2_tokenizer.bin (decode) or GPT-2's vocab.json (+ merges.txt: encode) */
+static int tok_open(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  ltok_t *u = lua_newuserdatauv(L, sizeof *u, 0);
+  u->t = NULL;
+  luaL_setmetatable(L, TOK_MT);
+  char err[512];
+  int rc = par_tokenizer_open(path, &u->t, err, sizeof err);
+  if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+  return 1;
+}
+
+static int tok_close(lua_State *L) {
+  ltok_t *u = luaL_checkudata(L, 1, TOK_MT);
+  par_tokenizer_destroy(u->t);
+  u->t = NULL;
+  return 0;
+}
+
+static int tok_tostring(lua_State *L) {
+  ltok_t *u = luaL_checkudata(L, 1, TOK_MT);
+  if (!u->t) lua_pushliteral(L, "strata.tokenizer (closed)");
+  else lua_pushfstring(L, "strata.tokenizer (%d tokens%s)", par_tokenizer_vocab(u->t),
+                       par_tokenizer_can_encode(u->t) ? "" : ", decode only");
+  return 1;
+}
+
+/* t:encode(text) -> {ids...} | nil, message, code */
+static int tok_encode(lua_State *L) {
+  ltok_t *u = totok(L);
+  size_t len;
+  const char *text = luaL_checklstring(L, 2, &len);
+  int32_t *ids;
+  size_t n;
+  char err[512];
+  int rc = par_tokenizer_encode(u->t, text, len, &ids, &n, err, sizeof err);
+  if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+  lua_createtable(L, (int)n, 0);
+  for (size_t i = 0; i < n; i++) {
+    lua_pushinteger(L, ids[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  free(ids);
+  return 1;
+}
+
+/* t:decode({ids...} | strata.ints) -> text */
+static int tok_decode(lua_State *L) {
+  ltok_t *u = totok(L);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  size_t n = lua_istable(L, 2) ? lua_rawlen(L, 2) : lstrata_checkbuf(L, 2, 1)->n;
+  for (size_t i = 0; i < n; i++) {
+    int32_t id;
+    if (lua_istable(L, 2)) {
+      lua_rawgeti(L, 2, (lua_Integer)i + 1);
+      id = (int32_t)luaL_checkinteger(L, -1);
+      lua_pop(L, 1);
+    } else {
+      id = ((int32_t *)lstrata_checkbuf(L, 2, 1)->p)[i];
+    }
+    size_t l;
+    const char *s = par_tokenizer_token(u->t, id, &l);
+    if (s) luaL_addlstring(&b, s, l);
+  }
+  luaL_pushresult(&b);
+  return 1;
+}
+
+static int tok_vocab(lua_State *L) {
+  lua_pushinteger(L, par_tokenizer_vocab(totok(L)->t));
+  return 1;
+}
+
+/* t:eot() -> the end-of-text token, or nil */
+static int tok_eot(lua_State *L) {
+  int e = par_tokenizer_eot(totok(L)->t);
+  if (e < 0) lua_pushnil(L);
+  else lua_pushinteger(L, e);
+  return 1;
+}
+
 int luaopen_strata_parallel(lua_State *L) {
+  static const luaL_Reg tok_methods[] = {{"encode", tok_encode}, {"decode", tok_decode}, {"vocab", tok_vocab},
+                                         {"eot", tok_eot}, {"close", tok_close}, {NULL, NULL}};
+  lstrata_newclass(L, TOK_MT, tok_methods, tok_close, tok_tostring);
   lstrata_newclass(L, DATA_MT, data_methods, data_close, data_tostring);
   lstrata_newclass(L, METRICS_MT, metrics_methods, metrics_close, metrics_tostring);
   lstrata_newclass(L, CKPT_MT, ckpt_methods, ckpt_close, ckpt_tostring);
@@ -555,5 +655,7 @@ int luaopen_strata_parallel(lua_State *L) {
   luaL_Reg ckpt_f[] = {{"create", ckpt_create}, {"open", ckpt_open}, {NULL, NULL}};
   luaL_newlib(L, ckpt_f);
   lua_setfield(L, -2, "checkpoint");
+  lua_pushcfunction(L, tok_open);
+  lua_setfield(L, -2, "tokenizer");
   return 1;
 }

@@ -222,6 +222,11 @@ static int l_train(lua_State *L) {
   eo.threads = threads;
   eo.steps = (long)cfg_int(L, "train", "steps");
   eo.comm = lstrata_world(L);
+  const char *init = cfg_str(L, "model", "init");
+  eo.init = init[0] ? init : NULL;
+  cfg_push(L, "train", "seq");
+  eo.seq = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 2);
 
   par_train_options_t to = PAR_TRAIN_OPTIONS_DEFAULTS;
   to.steps = eo.steps;

@@ -1,4 +1,4 @@
-/* strata: the executable. Commands: run, plan, info, plot, help.
+/* strata: the executable. Commands: run, plan, sample, eval, convert, info, plot, help.
  *
  * Exit statuses: 0 success, 1 a run failed, 2 the command line or the
  * recipe is wrong (unknown command, syntax error, schema violation), 3 the
@@ -29,6 +29,16 @@ static const char *usage =
     "      time, TFLOP/s and tokens/s instead of training (cluster: the recipe's\n"
     "      plan.cluster, else this machine); plan-only recipes call strata.plan,\n"
     "      strata.plan_search and strata.reproduce (recipes/reproduce/).\n"
+    "  strata sample MODEL [PROMPT] [n=200 temperature=1 top_k=40 seed=1 tokenizer=FILE]\n"
+    "      Writes text after PROMPT with the model (a strata checkpoint, an llm.c model\n"
+    "      file or a Hugging Face model.safetensors), with a KV cache; the same seed gives\n"
+    "      the same text, temperature=0 the most likely one.\n"
+    "  strata eval MODEL DATA... [batch=8 seq=N tokenizer=FILE out=FILE.h5]\n"
+    "      Loss, perplexity and bits per byte of the model on every window of the data;\n"
+    "      one line, and an HDF5 file (default MODEL.eval.h5).\n"
+    "  strata convert SRC DEST.{h5,bin,safetensors} [dtype=bf16]\n"
+    "      Converts weights between strata checkpoints, llm.c model files and Hugging\n"
+    "      Face safetensors (dtype=bf16: llm.c version 5).\n"
     "  strata info\n"
     "      Versions of MPI, HDF5, Lua, OpenBLAS, CUDA and NCCL; devices; threads.\n"
     "  strata plot METRICS.h5 [name ...] -o FILE.png\n"
@@ -313,6 +323,12 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "run")) return cmd_run(argv[0], argc - 2, argv + 2, 0);
   if (!strcmp(cmd, "plan")) return cmd_run(argv[0], argc - 2, argv + 2, 1);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc - 2, argv + 2);
-  fprintf(stderr, "strata: unknown command '%s' (commands: run, plan, info, plot, help)\n", cmd);
+  if (!strcmp(cmd, "sample") || !strcmp(cmd, "eval") || !strcmp(cmd, "convert")) {
+    set_threads();
+    if (!strcmp(cmd, "sample")) return lstrata_cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return lstrata_cmd_eval(argc - 2, argv + 2);
+    return lstrata_cmd_convert(argc - 2, argv + 2);
+  }
+  fprintf(stderr, "strata: unknown command '%s' (commands: run, plan, sample, eval, convert, info, plot, help)\n", cmd);
   return STRATA_EXIT_USAGE;
 }

@@ -18,6 +18,7 @@ local sections = {
     vocab = {t = INT, min = 1, max = 1 << 24, also = "auto", default = "auto",
              doc = "vocabulary size; auto: the data's"},
     recompute = {t = BOOL, default = false, doc = "recompute block activations in backward"},
+    init = {t = STR, doc = "weights to start from: a strata checkpoint, llm.c model or safetensors (sets the sizes)"},
   },
   data = {
     source = {t = ENUM, values = {"markov", "text", "uint16", "uint32", "llmc", "auto"},
@@ -60,6 +61,7 @@ local sections = {
   train = {
     steps = {t = INT, min = 1, max = 1 << 40, default = 100, doc = "optimizer steps"},
     batch = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "sequences per rank per step"},
+    seq = {t = INT, min = 1, max = 1 << 20, doc = "tokens per training sample (default model.seq; at most that)"},
     eval_every = {t = INT, min = 0, default = 50, doc = "validation every N steps; 0: only at the end"},
     eval_batches = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "validation batches per evaluation"},
     log_every = {t = INT, min = 1, default = 10, doc = "log line every N steps when not a terminal"},
@@ -249,12 +251,16 @@ local function check_relations(c, loc)
   end
   if d.source == "markov" then
     if d.path then raise(loc("data.path"), "data.path", d.path, 'not used by data.source = "markov"') end
-    if d.tokens < 2 * (m.seq + 1) then
+    local seq = t.seq or m.seq
+    if d.tokens < 2 * (seq + 1) then
       raise(loc("data.tokens"), "data.tokens", d.tokens,
-            string.format("too small for model.seq = %d", m.seq))
+            string.format("too small for samples of %d tokens", seq))
     end
   elseif not d.path then
     raise(loc("data.source"), "data.path", nil, string.format('required for data.source = "%s"', d.source))
+  end
+  if t.seq and t.seq > m.seq then
+    raise(loc("train.seq"), "train.seq", t.seq, string.format("exceeds model.seq = %d, the model's positions", m.seq))
   end
   if o.min_lr > o.lr then
     raise(loc("optim.min_lr"), "optim.min_lr", o.min_lr, string.format("exceeds optim.lr = %s", show(o.lr)))
@@ -327,7 +333,7 @@ function M.validate(recipe, where, overrides)
   for k in pairs(sections) do known_top[#known_top + 1] = k end
   for k in pairs(top) do known_top[#known_top + 1] = k end
   table.sort(known_top)
-  local out = {}
+  local out, given = {}, {}
   for _, k in ipairs(sorted_keys(cfg)) do
     local v = cfg[k]
     if type(k) ~= "string" then
@@ -340,6 +346,7 @@ function M.validate(recipe, where, overrides)
       raise(loc(k), k, v, unknown_why(k, known_top))
     end
   end
+  local out_given = given
   for name, spec in pairs(sections) do
     local given = cfg[name] or {}
     local known = sorted_keys(spec)
@@ -351,6 +358,7 @@ function M.validate(recipe, where, overrides)
       end
       if not spec[k] then raise(loc(path), path, given[k], unknown_why(k, known)) end
       sec[k] = check_value(loc, path, given[k], spec[k])
+      out_given[path] = true
     end
     for k, s in pairs(spec) do
       if sec[k] == nil and s.default ~= nil then sec[k] = s.default end
@@ -361,11 +369,23 @@ function M.validate(recipe, where, overrides)
     if out[k] == nil and s.default ~= nil then out[k] = s.default end
   end
   if out.name:find("[/%c]") then raise(loc("name"), "name", out.name, "must not contain '/' or control characters") end
+  if out.model.init then -- the sizes are the file's; any given must agree
+    local c, err = M.model_config(out.model.init)
+    if not c then raise(loc("model.init"), "model.init", out.model.init, err) end
+    for _, k in ipairs{"layers", "hidden", "heads", "seq", "vocab"} do
+      local path = "model." .. k
+      if out_given[path] and out.model[k] ~= c[k] then
+        raise(loc(path), path, out.model[k], string.format("model.init '%s' holds %s = %d", out.model.init, k, c[k]))
+      end
+      out.model[k] = c[k]
+    end
+  end
   check_relations(out, loc)
   out.run_dir = out.run_dir or ("runs/" .. out.name)
   out.checkpoint.path = out.checkpoint.path or (out.run_dir .. "/checkpoint.h5")
   out.metrics.path = out.metrics.path or (out.run_dir .. "/metrics.h5")
   if out.metrics.plot == nil then out.metrics.plot = out.run_dir .. "/loss.png" end
   out._locate = loc
+  out._given = out_given -- the dotted paths the recipe or the command line set
   return out
 end

@@ -13,6 +13,7 @@
 #include <lua.h>
 #include <lualib.h>
 #include <mpi.h>
+#include <strata/parallel.h>
 #include <signal.h>
 #include <stddef.h>
 
@@ -103,6 +104,19 @@ int lstrata_info(lua_State *L);
  * (STRATA_EXIT_*); on failure err receives one line. */
 int lstrata_plot(const char *in, const char *const *names, int n, const char *out, char *err,
                  size_t errlen);
+
+/* ---- models in and out (lgen.c) ---- */
+int lstrata_cmd_sample(int argc, char **argv);
+int lstrata_cmd_eval(int argc, char **argv);
+int lstrata_cmd_convert(int argc, char **argv);
+/* A model built from the file's own configuration and weights (any of
+ * strata's formats; MPI must be initialised for strata checkpoints). */
+int lstrata_load_model(const char *path, par_gpt_t **out, par_model_format_t *fmt, char *err, size_t n);
+/* Generates up to n tokens after prompt[0..np) (stopping at token eot, or
+ * where the model's positions end): *out malloc'd, *nout of them; emit
+ * (may be NULL) sees each as it comes. */
+int lstrata_generate(par_gpt_t *m, const int32_t *prompt, int np, int n, const par_sample_options_t *so, int eot,
+                     void (*emit)(void *, int32_t), void *ctx, int32_t **out, int *nout, char *err, size_t en);
 
 /* Threads for this process: cores / ranks on this node, or STRATA_THREADS. */
 int lstrata_threads(int *cores, int *local_ranks);

@@ -90,9 +90,15 @@ typedef struct {
    * report naming the ranks that never arrived. 0 waits forever. */
   double collective_timeout_s;
   MPI_Comm comm;     /* the run's ranks (borrowed, duplicated); MPI_COMM_NULL: MPI_COMM_WORLD */
+  /* Weights to start from (par_model_read: a strata checkpoint, an llm.c
+   * model file or a Hugging Face safetensors, holding this model); NULL:
+   * initialised from seed. The optimizer starts fresh either way. */
+  const char *init;
+  int seq; /* tokens per sample, <= the model's positions; 0: the model's seq */
 } par_engine_options_t;
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
-  {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL}
+  {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
+   .init = NULL, .seq = 0}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate; this build trains dp x 1 x 1 x 1 with ZeRO 0),

@@ -106,9 +106,18 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   go.threads = e->opts.threads;
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
+  if (e->opts.init) {
+    char err[1024];
+    int rc = par_model_read(e->opts.init, e->model, err, sizeof err);
+    if (rc != STRATA_OK) return engine_fail(e, 1, rc, "model.init: %s", err);
+  }
+  if (e->opts.seq < 0 || e->opts.seq > mc->seq)
+    return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
+                       e->opts.seq, mc->seq);
+  e->seq = e->opts.seq ? e->opts.seq : mc->seq;
   int rc = setup_optimizer(e, oc);
   if (rc != STRATA_OK) return rc;
-  size_t bt = (size_t)lay->microbatch * (size_t)mc->seq;
+  size_t bt = (size_t)lay->microbatch * (size_t)e->seq;
   if (!(e->in = malloc(bt * sizeof *e->in)) || !(e->tg = malloc(bt * sizeof *e->tg)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for a batch of %zu tokens", bt);
   return STRATA_OK;
@@ -206,7 +215,7 @@ static int local_step(par_engine_t *e, par_data_t *data, double *loss_out) {
   for (int k = 0; k < e->accum; k++) {
     if ((rc = par_data_next(data, e->rank, e->size, B, e->in, e->tg)) != STRATA_OK)
       return engine_fail(e, 0, rc, "data: %s", par_data_error(data));
-    if ((rc = par_gpt_forward(e->model, e->in, e->tg, B, e->mc.seq, &loss)) != STRATA_OK)
+    if ((rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
       return model_fail(e, rc, "forward");
     if ((rc = par_gpt_backward(e->model)) != STRATA_OK) return model_fail(e, rc, "backward");
     l += loss;
@@ -293,7 +302,7 @@ int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *
     float loss;
     if ((rc = par_data_fill(data, PAR_SPLIT_VAL, (uint64_t)k * (uint64_t)B, B, e->in, e->tg)) != STRATA_OK)
       return engine_fail(e, 0, rc, "validation data: %s", par_data_error(data));
-    if ((rc = par_gpt_forward(e->model, e->in, e->tg, B, e->mc.seq, &loss)) != STRATA_OK)
+    if ((rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
       return model_fail(e, rc, "validation");
     sum += loss;
   }

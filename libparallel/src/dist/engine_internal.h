@@ -17,6 +17,7 @@ struct par_engine {
   comm_t *comm; /* the data-parallel group */
   int rank, size;
   int accum; /* microbatches per step: global_batch / (dp * microbatch) */
+  int seq;   /* tokens per sample */
   /* optimizer */
   optim *opt;
   char optim_name[16];

@@ -194,7 +194,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
    * and rates are averaged since the last metrics row / progress report. */
   double tt = 0, tt_row = 0, tt_rep = 0;
   long done = 0, steps_row = 0, steps_rep = 0;
-  const double tokens_per_step = (double)e->layout.global_batch * e->mc.seq;
+  const double tokens_per_step = (double)e->layout.global_batch * e->seq;
   par_progress_t p = {.rank = e->rank, .ranks = e->size, .step = start, .steps = o->steps,
                       .start = start, .loss = NAN, .val_loss = NAN, .last_val_loss = NAN,
                       .lr = NAN, .grad_norm = NAN, .last_ckpt_step = res->last_ckpt_step,
