@@ -27,6 +27,7 @@ typedef struct {
   par_engine_t *e; /* freed by run_free, also on errors through __gc */
   long log_every, kill_step;
   int tty;
+  double flops_per_token, peak; /* model FLOPs per token; sgemm peak of one rank (0: unknown) */
   const char *resume, *ckpt; /* held by the configuration table */
 } run_t;
 
@@ -151,17 +152,22 @@ static void progress(void *ctx, const par_progress_t *p) {
     return;
   }
   if (p->rank == 0 && (r->tty || p->step % r->log_every == 0 || p->evaluated || p->step == p->steps)) {
-    char etas[32], vals[32] = "";
+    char etas[32], els[32], vals[32] = "", mfu[32] = "";
     fmt_duration(etas, sizeof etas, p->eta_s);
+    fmt_duration(els, sizeof els, p->elapsed_s);
     if (!isnan(p->last_val_loss)) snprintf(vals, sizeof vals, " | val %.4f", p->last_val_loss);
+    /* model FLOPs (6N + 6LhT per token, recomputation not counted) against
+     * the measured GEMM peak of every rank */
+    double flops = r->flops_per_token * p->tokens_per_s;
+    if (r->peak > 0) snprintf(mfu, sizeof mfu, " (MFU %.0f%%)", 100 * flops / (r->peak * p->ranks));
     if (r->tty)
-      fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | mem %.1f MiB | ETA %s   ",
-              p->step, p->steps, p->loss, vals, p->tokens_per_s / 1e3,
-              (double)p->mem_peak / (1 << 20), etas);
+      fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB | %s, ETA %s   ",
+              p->step, p->steps, p->loss, vals, p->tokens_per_s / 1e3, flops / 1e9, mfu,
+              (double)p->mem_peak / (1 << 20), els, etas);
     else
-      printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | mem %.1f MiB | ETA %s\n", p->step,
-             p->steps, p->loss, vals, p->lr, p->tokens_per_s / 1e3, (double)p->mem_peak / (1 << 20),
-             etas);
+      printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB | %s, ETA %s\n",
+             p->step, p->steps, p->loss, vals, p->lr, p->tokens_per_s / 1e3, flops / 1e9, mfu,
+             (double)p->mem_peak / (1 << 20), els, etas);
     fflush(stdout);
   }
   if (p->step == r->kill_step) raise(SIGKILL); /* fault injection for tests */
@@ -270,6 +276,12 @@ static int l_train(lua_State *L) {
     run_fail(L, 1, "%s", err);
   int rank = comm_rank(par_engine_comm(r->e)), size = comm_size(par_engine_comm(r->e));
   r->tty = rank == 0 && isatty(STDERR_FILENO);
+  r->flops_per_token = par_gpt_flops_per_token(&mc, eo.seq ? eo.seq : mc.seq);
+  /* The peak is measured once per machine, by rank 0 alone (the others
+   * wait; with cores / ranks threads each, they take no core from it). */
+  int measured = 0;
+  if (rank == 0) r->peak = lstrata_gemm_peak(threads, 1, &measured);
+  if (size > 1) MPI_Barrier(eo.comm);
   if (to.resume && access(to.resume, R_OK) != 0)
     run_fail(L, 1, "train.resume: no checkpoint at '%s' (%s)", to.resume, strerror(errno));
   if (rank == 0) {
@@ -277,9 +289,11 @@ static int l_train(lua_State *L) {
     make_parent(to.ckpt_path);
     if (plot[0]) make_parent(plot);
     size_t np = par_gpt_param_count(&mc);
-    printf("strata: %s: GPT %s (%.2fM parameters), %s, %d rank%s x %d thread%s\n", name,
-           par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, size,
-           size > 1 ? "s" : "", threads, threads > 1 ? "s" : "");
+    printf("strata: %s: GPT %s (%.2fM parameters), %s, %d rank%s x %d thread%s; sgemm peak %.0f "
+           "GFLOP/s per rank (%s)\n",
+           name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, size,
+           size > 1 ? "s" : "", threads, threads > 1 ? "s" : "", r->peak / 1e9,
+           measured ? "measured now, cached" : "cached");
     fflush(stdout);
   }
   par_train_result_t res;

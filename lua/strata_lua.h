@@ -118,6 +118,12 @@ int lstrata_load_model(const char *path, par_gpt_t **out, par_model_format_t *fm
 int lstrata_generate(par_gpt_t *m, const int32_t *prompt, int np, int n, const par_sample_options_t *so, int eot,
                      void (*emit)(void *, int32_t), void *ctx, int32_t **out, int *nout, char *err, size_t en);
 
+/* This process's sgemm peak in FLOP/s with `threads` threads, from the
+ * per-machine cache, measured (about 0.2 s) and cached when missing and
+ * measure_if_missing; 0 when unknown. *measured (may be NULL): 1 when it
+ * was measured now. (peak.c) */
+double lstrata_gemm_peak(int threads, int measure_if_missing, int *measured);
+
 /* Threads for this process: cores / ranks on this node, or STRATA_THREADS. */
 int lstrata_threads(int *cores, int *local_ranks);
 

@@ -81,6 +81,9 @@ val=$(sed -n 's/.*validation loss \([0-9.]*\) nats.*/\1/p' "$work/q.log")
 grep -q "entropy rate of the source 1.7147 nats/token" "$work/q.log" || fail "entropy rate line: $(tail -4 "$work/q.log")"
 awk -v v="$val" 'BEGIN { exit !(v != "" && v < 2.6) }' || fail "quickstart did not learn: val loss '$val'"
 [ -s "$work/q/loss.png" ] || fail "no loss.png"
+grep -qE "^step 150/150 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e-]+ \| [0-9.]+k tok/s \| [0-9.]+ GFLOP/s \(MFU [0-9]+%\) \| mem [0-9.]+ MiB \| [0-9]+s, ETA 0s$" "$work/q.log" \
+  || fail "progress line: $(grep '^step 150' "$work/q.log")"
+grep -qE "sgemm peak [0-9]+ GFLOP/s per rank \((measured now, cached|cached)\)" "$work/q.log" || fail "no sgemm peak: $(head -1 "$work/q.log")"
 # 6. The hand-written loop (recipes/manual_loop.lua) computes what strata.experiment
 #    computes for the same settings (1 rank), and runs data parallel (2 ranks).
 "$S" run recipes/manual_loop.lua train.steps=30 out="$work/manual/m" >"$work/m.log" 2>&1 \
