@@ -42,8 +42,13 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double measure(void) {
-  const int n = 1536;
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+
+static double measure(int threads) {
+  const int n = 2048;
+  int before = openblas_get_num_threads(); /* libtensor runs BLAS single-threaded in its own teams */
+  openblas_set_num_threads(threads);
   float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
   double best = 0;
   if (a && b && c) {
@@ -56,6 +61,7 @@ static double measure(void) {
     }
   }
   free(a), free(b), free(c);
+  openblas_set_num_threads(before);
   return best;
 }
 
@@ -73,7 +79,7 @@ double lstrata_gemm_peak(int threads, int measure_if_missing, int *measured) {
   }
   if (f) fclose(f);
   if (v > 0 || !measure_if_missing) return v;
-  v = measure();
+  v = measure(threads);
   if (measured) *measured = 1;
   if (v > 0) {
     char dir[4096];

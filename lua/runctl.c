@@ -280,7 +280,8 @@ int lstrata_guarded(int (*work)(void *), void *arg, int rank, int ranks) {
   while (waitpid(pid, &ws, 0) < 0)
     if (errno != EINTR) return STRATA_EXIT_FAIL;
   if (WIFEXITED(ws) && (WEXITSTATUS(ws) == 0 || page->reported)) return WEXITSTATUS(ws);
-  if (!outside) report_death(rank, ranks, ws);
+  /* A closed pipe (`strata run ... | head`) is the reader's doing, not news. */
+  if (!outside && !(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGPIPE)) report_death(rank, ranks, ws);
   return WIFSIGNALED(ws) ? 128 + WTERMSIG(ws) : WEXITSTATUS(ws);
 }
 

@@ -42,6 +42,27 @@ fail:
   return rc;
 }
 
+/* The largest of s[0..n). */
+static float row_max(const float *s, int n) {
+  int j = 0;
+  float m = -INFINITY;
+#if defined(TENSOR_HAVE_AVX2)
+  if (n >= 8) {
+    __m256 vm = _mm256_loadu_ps(s);
+    for (j = 8; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
+    m = hmax256(vm);
+  }
+#endif
+  for (; j < n; j++) m = s[j] > m ? s[j] : m;
+  return m;
+}
+
+/* s[0..n) *= a */
+static void row_scale(float *s, int n, float a) {
+#pragma omp simd
+  for (int j = 0; j < n; j++) s[j] *= a;
+}
+
 /* Row i of the causal softmax: p[j] = exp(s[j] - m) for j <= i, 0 beyond;
  * returns the sum. */
 static float causal_exp_row(float *s, int i, int T, float m) {
@@ -98,10 +119,9 @@ int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, co
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, r1, hs, scale, q + (size_t)r0 * C3, C3, k,
                     C3, 0.f, Sb, T);
         for (int i = r0; i < r1; i++) {
-          float *s = S + (size_t)i * T, m = -INFINITY;
-          for (int j = 0; j <= i; j++) m = s[j] > m ? s[j] : m;
-          float sum = causal_exp_row(s, i, r1, m), inv = 1.f / sum;
-          for (int j = 0; j <= i; j++) s[j] *= inv;
+          float *s = S + (size_t)i * T, m = row_max(s, i + 1);
+          float sum = causal_exp_row(s, i, r1, m);
+          row_scale(s, i + 1, 1.f / sum);
           L[(size_t)bh * T + i] = m + logf(sum);
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, r1, 1.f, Sb, T, v, C3, 0.f,
