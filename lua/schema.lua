@@ -18,7 +18,7 @@ local sections = {
     vocab = {t = INT, min = 1, max = 1 << 24, also = "auto", default = "auto",
              doc = "vocabulary size; auto: the data's"},
     recompute = {t = BOOL, default = false, doc = "recompute block activations in backward"},
-    init = {t = STR, doc = "weights to start from: a strata checkpoint, llm.c model or safetensors (sets the sizes)"},
+    init = {t = STR, doc = "weights to start from: a strata checkpoint, llm.c model or safetensors (its sizes replace the recipe's)"},
   },
   data = {
     source = {t = ENUM, values = {"markov", "text", "uint16", "uint32", "llmc", "auto"},
@@ -369,12 +369,12 @@ function M.validate(recipe, where, overrides)
     if out[k] == nil and s.default ~= nil then out[k] = s.default end
   end
   if out.name:find("[/%c]") then raise(loc("name"), "name", out.name, "must not contain '/' or control characters") end
-  if out.model.init then -- the sizes are the file's; any given must agree
+  if out.model.init then -- the sizes are the file's: the recipe's give way, the command line's must agree
     local c, err = M.model_config(out.model.init)
     if not c then raise(loc("model.init"), "model.init", out.model.init, err) end
     for _, k in ipairs{"layers", "hidden", "heads", "seq", "vocab"} do
       local path = "model." .. k
-      if out_given[path] and out.model[k] ~= c[k] then
+      if overridden[path] and out.model[k] ~= c[k] then
         raise(loc(path), path, out.model[k], string.format("model.init '%s' holds %s = %d", out.model.init, k, c[k]))
       end
       out.model[k] = c[k]
