@@ -79,8 +79,13 @@ typedef struct {
   int threads;     /* CPU threads; 0: OpenMP's default */
   int device;      /* -1: CPU (default); N >= 0: cuda:N (STRATA_EUNSUPPORTED without CUDA) */
   int bf16_matmul; /* CUDA: GEMMs with bf16 inputs and f32 accumulation */
+  /* 1: the model allocates no parameters or gradients; the caller binds
+   * each region's storage (par_gpt_bind) before it is used, and the flat
+   * accessors (par_gpt_params, par_gpt_grads) return NULL. The training
+   * engine uses this to shard them (ZeRO). */
+  int external;
 } par_gpt_options_t;
-#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0}
+#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */
@@ -118,7 +123,8 @@ STRATA_API int par_gpt_synchronize(par_gpt_t *model);
 STRATA_API int par_gpt_zero_grad(par_gpt_t *model);
 
 /* The flat arrays (owned by the model, valid until destroy; on the model's
- * device). *count (may be NULL) receives their length. */
+ * device; NULL with external storage). *count (may be NULL) receives the
+ * number of parameters. */
 STRATA_API float *par_gpt_params(par_gpt_t *model, size_t *count);
 STRATA_API float *par_gpt_grads(par_gpt_t *model, size_t *count);
 /* Logits (B, T, V) of the last forward, on the model's device; owned by the model. */
@@ -136,6 +142,41 @@ STRATA_API int par_gpt_memory(const par_gpt_t *model, size_t *current, size_t *p
 /* Model FLOPs per token of one forward+backward at sequence length T:
  * 6 N + 6 L h T (matmuls, attention scores and values counted once each way). */
 STRATA_API double par_gpt_flops_per_token(const par_gpt_config_t *cfg, int T);
+
+/* ---- regions, external storage and hooks (for the training engine) ----
+ *
+ * The parameters fall into regions that the model uses together, each a
+ * contiguous range of the flat layout: region 0 the embeddings (wte, wpe;
+ * the tied LM head uses wte too), regions 1..L the blocks, region L+1 the
+ * final layernorm. A hook set with par_gpt_set_hook hears, in order, when
+ * a region is NEEDed (its parameters must be in place when the hook
+ * returns), DONE (not used again until the next NEED) and, in backward,
+ * when its GRADS are complete. Per pass: the forward NEEDs region 0, then
+ * each block, then L+1, and is DONE with 0 last; the backward NEEDs L+1
+ * and 0 (the head), reports GRADS of L+1, then of each block from the last
+ * (NEED, GRADS, DONE), and last GRADS and DONE of region 0. A hook that
+ * returns an error ends the pass with it. */
+typedef enum { PAR_GPT_NEED = 0, PAR_GPT_DONE, PAR_GPT_GRADS } par_gpt_event_t;
+typedef int (*par_gpt_hook_t)(void *ctx, par_gpt_event_t ev, int region, int backward);
+
+STRATA_API int par_gpt_num_regions(const par_gpt_t *model);
+/* Region r's range of the flat layout and its views (first_view, views). */
+STRATA_API int par_gpt_region(const par_gpt_t *model, int r, size_t *offset, size_t *count,
+                              int *first_view, int *views);
+/* Points region r's parameters and gradients at params and grads (each the
+ * region's first element, in the flat layout's order; borrowed; grads may
+ * be NULL for forward-only use). */
+STRATA_API int par_gpt_bind(par_gpt_t *model, int r, float *params, float *grads);
+STRATA_API void par_gpt_set_hook(par_gpt_t *model, par_gpt_hook_t hook, void *ctx);
+/* The initial values of flat parameters [offset, offset + count), as
+ * par_gpt_create gives them for `seed` (Philox by global index: a shard
+ * gets exactly the serial model's values), into out (on the model's device). */
+STRATA_API int par_gpt_init_values(par_gpt_t *model, uint64_t seed, size_t offset, size_t count,
+                                   float *out);
+/* The model's libtensor context (its memory accountant) and device, so that
+ * the engine's buffers are counted with the model's. */
+STRATA_API struct tensor_ctx *par_gpt_tensor_ctx(par_gpt_t *model);
+STRATA_API int par_gpt_device(const par_gpt_t *model);
 
 /* ---- generation ----
  *

@@ -95,13 +95,20 @@ typedef struct {
    * initialised from seed. The optimizer starts fresh either way. */
   const char *init;
   int seq; /* tokens per sample, <= the model's positions; 0: the model's seq */
+  /* ZeRO-0: gradients are allreduced in buckets of at least this many MiB,
+   * posted as soon as backward has finished them (PyTorch DDP's default 25). */
+  double bucket_mb;
+  /* Testing: seconds to wait before posting each gradient reduction, to
+   * show that backward goes on while reductions are in flight; 0. */
+  double delay_reductions_s;
 } par_engine_options_t;
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
-   .init = NULL, .seq = 0}
+   .init = NULL, .seq = 0, .bucket_mb = 25.0, .delay_reductions_s = 0.0}
 
 /* Creates the engine: validates the layout against the communicator
- * (par_layout_validate; this build trains dp x 1 x 1 x 1 with ZeRO 0),
+ * (par_layout_validate; this build trains dp x 1 x 1 x 1, fp32, with ZeRO
+ * stage layout.zero_stage 0..3),
  * builds the model (initialised from opts.seed) and the optimizer. A step
  * takes layout.global_batch sequences: each data-parallel rank computes
  * global_batch / dp of them in microbatches of layout.microbatch, and the
@@ -124,6 +131,10 @@ typedef struct {
   double seconds;   /* wall time of the step (data, compute, communication, update) */
   int stop;         /* a rank's stop flag was set (par_engine_watch_stop): the same on every rank */
   int skipped;      /* the loss or the gradients were not finite: no update was applied */
+  /* Seconds from the step's start: when its last backward finished, when its
+   * first gradient reduction was posted and when it was first seen
+   * complete (0: none), to show that reductions overlap the backward. */
+  double backward_end_s, first_post_s, first_done_s;
 } par_step_t;
 
 /* One optimizer step: this rank's next batch from data (par_data_next, its
@@ -167,13 +178,32 @@ STRATA_API int par_engine_save(par_engine_t *e, const char *path, const par_data
  * data's position and sets *step. Collective; same status on every rank. */
 STRATA_API int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *step);
 
-/* The model (borrowed; its parameters are the replicated fp32 masters). */
+/* The model (borrowed). Its parameters live in the engine (sharded under
+ * ZeRO): par_gpt_params of it is NULL. */
 STRATA_API par_gpt_t *par_engine_model(par_engine_t *e);
 /* The data-parallel communicator (borrowed): its counters are the step's traffic. */
 STRATA_API comm_t *par_engine_comm(par_engine_t *e);
 /* Bytes of this rank: current and peak of the model's device accountant,
- * plus the optimizer state. */
+ * which counts the engine's parameters, gradients, optimizer state and
+ * buffers with the model's activations. */
 STRATA_API int par_engine_memory(const par_engine_t *e, size_t *current, size_t *peak);
+/* The whole parameters, in the model's flat layout (par_gpt.h; count
+ * par_gpt_param_count), into out (host memory) on every rank. Collective
+ * (under ZeRO-3 it gathers them). */
+STRATA_API int par_engine_get_params(par_engine_t *e, float *out);
+
+/* What the engine holds on this rank. */
+typedef struct {
+  int zero, ranks;
+  size_t params_padded;  /* parameters with each region padded to ranks x aligned shards */
+  size_t shard_elems;    /* this rank's shard of them */
+  size_t state_bytes[3]; /* persistent bytes: parameters, gradients, optimizer state
+                            (ZeRO's model states, arXiv 1910.02054 sec. 5, for
+                            params_padded parameters) */
+  int buckets;           /* ZeRO-0 gradient buckets */
+} par_engine_info_t;
+STRATA_API int par_engine_info(const par_engine_t *e, par_engine_info_t *out);
+
 /* One-line descriptions stored in checkpoints and metrics ("layers=2 hidden=64 ...",
  * "adamw lr=0.01 ...", "dp=2 tp=1 ..."). Owned by the engine. */
 STRATA_API const char *par_engine_describe(const par_engine_t *e, const char *what);

@@ -1,11 +1,14 @@
 /* The training engine: model, optimizer and data-parallel communicator of
  * one rank, with step, evaluate, save and load (strata/par_train.h).
  *
- * Plain data parallelism: every rank holds the whole model and optimizer
- * state, computes its share of the global batch, and the gradients are
- * averaged with one allreduce before the update. Resume is exact: the
- * checkpoint holds the parameters, the optimizer state and step, and the
- * data position, and the computation is deterministic for a given rank and
+ * Data parallelism with ZeRO stage 0-3 (state.c has the layout and the
+ * communication): every rank computes its share of the global batch; the
+ * gradients are reduced while backward runs; the optimizer updates this
+ * rank's part of the state (all of it at stage 0), with the norms that need
+ * the whole tensor (clipping, LAMB's and LARS's trust ratios) summed over
+ * the ranks from liboptim's partial sums. Resume is exact: the checkpoint
+ * holds the parameters, the optimizer state and step, and the data
+ * position, and the computation is deterministic for a given layout and
  * thread count, so the losses after a resume are bit-identical to an
  * uninterrupted run. */
 #include <math.h>
@@ -46,35 +49,27 @@ const char *par_engine_describe(const par_engine_t *e, const char *what) {
   return "";
 }
 
+static int comm_failed(par_engine_t *e, int rc) {
+  return engine_fail(e, 0, rc, "%s", comm_last_error(e->comm));
+}
+
 /* ------------------------------------------------------------ optimizer */
 
-/* The optimizer, its state (flat like the parameters) and one optim_tensor
- * per model view. */
+/* The optimizer and one optim_tensor per piece of this rank's state. */
 static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
-  int groups[2];
-  char err[512];
-  int rc = par_optim_create(&e->opt, c, e->opts.steps, e->opts.threads, groups, err, sizeof err);
-  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
-  snprintf(e->optim_name, sizeof e->optim_name, "%s", c->name);
-  par_optim_describe(c, e->optim_desc, sizeof e->optim_desc);
-  e->clip = c->clip;
-  size_t n = 0;
-  float *params = par_gpt_params(e->model, &n);
-  const float *grads = par_gpt_grads(e->model, NULL);
-  int arrays = par_optim_state_arrays(c);
-  if (((arrays & 1) && !(e->m = calloc(n, sizeof *e->m))) || ((arrays & 2) && !(e->v = calloc(n, sizeof *e->v))))
-    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the optimizer state (%zu parameters)", n);
-  e->state_bytes = ((e->m ? n : 0) + (e->v ? n : 0)) * sizeof(float);
-  e->nt = par_gpt_num_views(e->model);
-  if (!(e->tens = calloc((size_t)e->nt, sizeof *e->tens)) || !(e->sq = calloc((size_t)e->nt, sizeof *e->sq)))
-    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d optimizer tensors", e->nt);
-  for (int i = 0; i < e->nt; i++) {
-    const par_gpt_view_t *v = par_gpt_view(e->model, i);
-    e->tens[i] = (optim_tensor){.param = params + v->offset, .grad = grads + v->offset,
-                                .m = e->m ? e->m + v->offset : NULL,
-                                .v = e->v ? e->v + v->offset : NULL,
-                                .group = groups[v->decay ? 0 : 1], .n = v->numel};
+  int nv = par_gpt_num_views(e->model);
+  if (!(e->tens = calloc((size_t)e->npieces + 1, sizeof *e->tens)) ||
+      !(e->sq = calloc(2 * (size_t)e->npieces + 2, sizeof *e->sq)) ||
+      !(e->vsq = calloc(2 * (size_t)nv, sizeof *e->vsq)))
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d optimizer tensors", e->npieces);
+  for (int i = 0; i < e->npieces; i++) {
+    float *p, *g, *m, *v;
+    state_piece_ptrs(e, i, &p, &g, &m, &v);
+    e->tens[i] = (optim_tensor){.param = p, .grad = g, .m = m, .v = v,
+                                .group = e->groups[par_gpt_view(e->model, e->pieces[i].view)->decay ? 0 : 1],
+                                .n = e->pieces[i].n};
   }
+  (void)c;
   return STRATA_OK;
 }
 
@@ -92,31 +87,43 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   e->rank = comm_rank(e->comm), e->size = comm_size(e->comm);
   if (par_layout_validate(mc, lay, e->size, why, sizeof why) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
-  if (lay->tp != 1 || lay->pp != 1 || lay->sp != 1 || lay->zero_stage != 0)
+  if (lay->tp != 1 || lay->pp != 1 || lay->sp != 1)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout tp %d, pp %d, sp %d, zero %d: this engine trains data parallel "
-                       "only (tp = pp = sp = 1, zero = 0)",
-                       lay->tp, lay->pp, lay->sp, lay->zero_stage);
+                       "layout tp %d, pp %d, sp %d: this engine trains data parallel with ZeRO "
+                       "(tp = pp = sp = 1)",
+                       lay->tp, lay->pp, lay->sp);
+  if (lay->precision != PAR_PREC_FP32)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "layout: precision %d: this engine trains in fp32",
+                       (int)lay->precision);
+  if (e->opts.bucket_mb <= 0)
+    return engine_fail(e, 1, STRATA_EINVAL, "bucket size %g MiB must be > 0", e->opts.bucket_mb);
+  e->zero = lay->zero_stage;
+  e->bucket_bytes = (size_t)(e->opts.bucket_mb * 1048576.0);
   e->accum = lay->global_batch / (lay->dp * lay->microbatch); /* >= 1: validated */
   snprintf(e->model_desc, sizeof e->model_desc, "layers=%d hidden=%d heads=%d seq=%d vocab=%d",
            mc->layers, mc->hidden, mc->heads, mc->seq, mc->vocab);
-  snprintf(e->layout_desc, sizeof e->layout_desc,
-           "dp=%d tp=1 pp=1 sp=1 zero=0 ranks=%d threads=%d", lay->dp, e->size, e->opts.threads);
-  par_gpt_options_t go = PAR_GPT_OPTIONS_DEFAULTS;
-  go.threads = e->opts.threads;
-  if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
-    return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
-  if (e->opts.init) {
-    char err[1024];
-    int rc = par_model_read(e->opts.init, e->model, err, sizeof err);
-    if (rc != STRATA_OK) return engine_fail(e, 1, rc, "model.init: %s", err);
-  }
+  snprintf(e->layout_desc, sizeof e->layout_desc, "dp=%d tp=1 pp=1 sp=1 zero=%d ranks=%d threads=%d",
+           lay->dp, e->zero, e->size, e->opts.threads);
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
                        e->opts.seq, mc->seq);
   e->seq = e->opts.seq ? e->opts.seq : mc->seq;
-  int rc = setup_optimizer(e, oc);
-  if (rc != STRATA_OK) return rc;
+  /* The optimizer first: its configuration decides the state's arrays. */
+  char err[512];
+  int rc = par_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->groups, err, sizeof err);
+  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
+  snprintf(e->optim_name, sizeof e->optim_name, "%s", oc->name);
+  par_optim_describe(oc, e->optim_desc, sizeof e->optim_desc);
+  e->clip = oc->clip;
+  e->state_arrays = par_optim_state_arrays(oc);
+  par_gpt_options_t go = PAR_GPT_OPTIONS_DEFAULTS;
+  go.threads = e->opts.threads;
+  go.external = 1; /* the engine holds parameters and gradients, sharded */
+  if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
+    return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
+  e->tc = par_gpt_tensor_ctx(e->model);
+  e->device = par_gpt_device(e->model);
+  if ((rc = state_create(e)) || (rc = setup_optimizer(e, oc))) return rc;
   size_t bt = (size_t)lay->microbatch * (size_t)e->seq;
   if (!(e->in = malloc(bt * sizeof *e->in)) || !(e->tg = malloc(bt * sizeof *e->tg)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for a batch of %zu tokens", bt);
@@ -154,19 +161,53 @@ int par_engine_create(par_engine_t **out, const par_gpt_config_t *mc, const par_
 
 void par_engine_destroy(par_engine_t *e) {
   if (!e) return;
+  state_destroy(e);
   par_gpt_destroy(e->model);
   optim_destroy(e->opt);
   comm_destroy(e->comm);
-  free(e->m), free(e->v), free(e->tens), free(e->sq), free(e->in), free(e->tg);
+  free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg);
   free(e);
 }
 
 int par_engine_memory(const par_engine_t *e, size_t *current, size_t *peak) {
-  size_t c = 0, p = 0;
   if (!e) return STRATA_EINVAL;
-  int rc = par_gpt_memory(e->model, &c, &p);
-  if (current) *current = c + e->state_bytes;
-  if (peak) *peak = p + e->state_bytes;
+  return par_gpt_memory(e->model, current, peak);
+}
+
+int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
+  if (!e || !out) return STRATA_EINVAL;
+  memset(out, 0, sizeof *out);
+  out->zero = e->zero;
+  out->ranks = e->size;
+  out->params_padded = e->nfull;
+  out->shard_elems = e->nshard;
+  out->buckets = e->nbuckets;
+  for (int i = 0; i < 3; i++) out->state_bytes[i] = e->state_bytes[i];
+  return STRATA_OK;
+}
+
+/* The whole parameters in the model's flat layout, on every rank: stages
+ * 0-2 hold them (padding left out), stage 3 gathers each region. */
+int par_engine_get_params(par_engine_t *e, float *out) {
+  int rc = STRATA_OK;
+  if (!e || !out) return STRATA_EINVAL;
+  tensor_t buf = {0};
+  for (int r = 0; r < e->nregions && !rc; r++) {
+    region_t *g = &e->regions[r];
+    const float *src = e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL;
+    if (e->zero == 3) {
+      int64_t n = (int64_t)((size_t)e->size * g->shard);
+      if ((rc = tensor_alloc(e->tc, &buf, TENSOR_F32, e->device, 1, &n)))
+        return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+      if ((rc = comm_allgather(e->comm, buf.data, (float *)e->shard_p.data + g->soff, g->shard, COMM_F32)))
+        rc = comm_failed(e, rc);
+      src = buf.data;
+    }
+    tensor_t d = tensor_view1(out + g->off, TENSOR_F32, TENSOR_CPU, (int64_t)g->n);
+    tensor_t sv = tensor_view1((float *)src, TENSOR_F32, e->device, (int64_t)g->n);
+    if (!rc && (rc = tensor_copy(e->tc, &d, &sv))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+    if (buf.data) tensor_free(e->tc, &buf);
+  }
   return rc;
 }
 
@@ -174,10 +215,6 @@ int par_engine_memory(const par_engine_t *e, size_t *current, size_t *peak) {
 
 static int model_fail(par_engine_t *e, int rc, const char *what) {
   return engine_fail(e, 0, rc, "%s: %s", what, par_gpt_last_error(e->model));
-}
-
-static int comm_failed(par_engine_t *e, int rc) {
-  return engine_fail(e, 0, rc, "%s", comm_last_error(e->comm));
 }
 
 /* Makes this rank's status the run's: when any rank failed, every rank
@@ -203,38 +240,103 @@ int engine_agree(par_engine_t *e, int rc) {
   return engine_fail(e, 1, code, "[rank %d] %s", who[0], msg);
 }
 
-/* The step's local part: the gradient of the mean loss over this rank's
- * share of the global batch. Each microbatch's backward accumulates the
- * gradient of its own mean loss, so the sum over the accum microbatches is
- * scaled by 1/accum (all microbatches hold the same number of targets). */
+/* The step's local part: the sum over this rank's microbatches of the
+ * gradient of each one's mean loss (all hold the same number of targets),
+ * reduced over the ranks from the model's hooks. A local failure keeps
+ * this rank in step with the others (state_replay plays the collectives of
+ * the rest of the pass) and is returned once the microbatches are through. */
 static int local_step(par_engine_t *e, par_data_t *data, double *loss_out) {
-  int rc, B = e->layout.microbatch;
+  int rc, failed = STRATA_OK, B = e->layout.microbatch;
   float loss;
   double l = 0;
-  if ((rc = par_gpt_zero_grad(e->model)) != STRATA_OK) return model_fail(e, rc, "zero_grad");
+  char msg[sizeof e->err] = "";
+  if ((rc = state_zero_grads(e))) return rc;
   for (int k = 0; k < e->accum; k++) {
-    if ((rc = par_data_next(data, e->rank, e->size, B, e->in, e->tg)) != STRATA_OK)
-      return engine_fail(e, 0, rc, "data: %s", par_data_error(data));
-    if ((rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
-      return model_fail(e, rc, "forward");
-    if ((rc = par_gpt_backward(e->model)) != STRATA_OK) return model_fail(e, rc, "backward");
+    e->microbatch = k;
+    e->reducing = k == e->accum - 1;
+    e->events = 0;
+    if (!failed && (rc = par_data_next(data, e->rank, e->size, B, e->in, e->tg)) != STRATA_OK)
+      failed = engine_fail(e, 0, rc, "data: %s", par_data_error(data));
+    if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
+      failed = e->hook_rc ? rc : model_fail(e, rc, "forward");
+    if (!failed && (rc = par_gpt_backward(e->model)) != STRATA_OK)
+      failed = e->hook_rc ? rc : model_fail(e, rc, "backward");
+    if (e->hook_rc) return e->hook_rc; /* the collectives themselves failed: no way to keep in step */
+    if (failed) {
+      if (!msg[0]) snprintf(msg, sizeof msg, "%s", e->err);
+      if ((rc = state_replay(e, e->events, 1))) return rc;
+      continue;
+    }
     l += loss;
   }
-  if (e->accum > 1) {
-    size_t n = 0;
-    float *grads = par_gpt_grads(e->model, &n);
-    const float inv = 1.0f / (float)e->accum;
-    for (size_t i = 0; i < n; i++) grads[i] *= inv;
+  if ((rc = state_finish_reductions(e))) return rc;
+  if (failed) {
+    snprintf(e->err, sizeof e->err, "%s", msg);
+    return failed;
   }
   *loss_out = l / e->accum;
   return STRATA_OK;
 }
 
-/* One step: the local part; the gradients averaged over the ranks; one
- * small allreduce that carries the loss, the stop flags and the local
- * failures together (a rank whose data or forward failed still takes part,
- * so that every rank leaves the step with the same status); clipping and
- * the update. A loss or gradient that is not finite skips the update. */
+/* Sums per view over the ranks: vsq[nv * w] from per-piece sums sq[npieces * w]
+ * (w values per piece), back into sq. Stage 0 holds whole views: no
+ * communication. */
+static int sum_views(par_engine_t *e, double *sq, int w) {
+  int nv = par_gpt_num_views(e->model), rc;
+  if (e->zero == 0 || e->size == 1) return STRATA_OK;
+  memset(e->vsq, 0, sizeof(double) * (size_t)nv * (size_t)w);
+  for (int i = 0; i < e->npieces; i++)
+    for (int k = 0; k < w; k++) e->vsq[(size_t)e->pieces[i].view * w + k] += sq[(size_t)i * w + k];
+  if ((rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv * w, COMM_F64, COMM_SUM))) return comm_failed(e, rc);
+  for (int i = 0; i < e->npieces; i++)
+    for (int k = 0; k < w; k++) sq[(size_t)i * w + k] = e->vsq[(size_t)e->pieces[i].view * w + k];
+  return STRATA_OK;
+}
+
+/* The global gradient norm: per-piece sums of squares, summed per view over
+ * the ranks (each view counted once). */
+static int grad_norm2(par_engine_t *e, double *total) {
+  int rc;
+  *total = 0;
+  if ((rc = optim_grad_sumsq(e->opt, e->sq, e->tens, e->npieces)) != STRATA_OK)
+    return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
+  if (e->zero == 0 || e->size == 1) {
+    for (int i = 0; i < e->npieces; i++) *total += e->sq[i];
+    return STRATA_OK;
+  }
+  int nv = par_gpt_num_views(e->model);
+  memset(e->vsq, 0, sizeof(double) * (size_t)nv);
+  for (int i = 0; i < e->npieces; i++) e->vsq[e->pieces[i].view] += e->sq[i];
+  if ((rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv, COMM_F64, COMM_SUM))) return comm_failed(e, rc);
+  for (int i = 0; i < nv; i++) *total += e->vsq[i];
+  return STRATA_OK;
+}
+
+/* The update of this rank's pieces; LAMB and LARS need norms of whole
+ * tensors: partial sums per piece, summed per view over the ranks, then
+ * applied (liboptim's two phases). */
+static int update(par_engine_t *e, float scale) {
+  int rc, kind = par_optim_kind(e->optim_name);
+  if (e->zero == 0 || e->size == 1 || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
+    if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
+      return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+    return STRATA_OK;
+  }
+  size_t ns = 2 * (size_t)e->npieces;
+  if ((rc = optim_partials(e->opt, e->sq, ns, e->tens, e->npieces, scale)) != STRATA_OK)
+    return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+  if ((rc = sum_views(e, e->sq, 2))) return rc;
+  if ((rc = optim_apply(e->opt, e->tens, e->npieces, e->sq, ns, scale)) != STRATA_OK)
+    return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+  return STRATA_OK;
+}
+
+/* One step: the local part (reductions posted during backward); one small
+ * allreduce that carries the loss, the stop flags and the local failures
+ * together (a rank whose data or forward failed still takes part, so that
+ * every rank leaves the step with the same status); clipping and the
+ * update; ZeRO 1-2 then gather the updated shards. A loss or gradient that
+ * is not finite skips the update. */
 int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   int rc;
   float lr = 0;
@@ -242,19 +344,24 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   memset(out, 0, sizeof *out);
   double t0 = engine_now(), l = NAN;
   optim_current_lr(e->opt, 0, &lr);
+  e->hook_rc = STRATA_OK;
+  e->t_first_post = e->t_first_done = e->t_backward_end = 0;
   int local = local_step(e, data, &l);
+  if (e->hook_rc || (local != STRATA_OK && !e->err_all && local == STRATA_ETIMEOUT)) {
+    state_release_all(e);
+    return local; /* a collective failed: this rank alone knows (the watchdog's report) */
+  }
+  out->backward_end_s = e->t_backward_end > 0 ? e->t_backward_end - t0 : 0;
+  out->first_post_s = e->t_first_post > 0 ? e->t_first_post - t0 : 0;
+  out->first_done_s = e->t_first_done > 0 ? e->t_first_done - t0 : 0;
   if (e->pending_rc != STRATA_OK && local == STRATA_OK) { /* from the loop: metrics, ... */
     local = e->pending_rc;
     snprintf(e->err, sizeof e->err, "%s", e->pending_msg);
   }
   e->pending_rc = STRATA_OK;
-  size_t n = 0;
-  float *grads = par_gpt_grads(e->model, &n);
   double ctl[3] = {l, e->stop_flag && *e->stop_flag ? 1 : 0, local != STRATA_OK ? 1 : 0};
   if (e->size > 1) {
-    if ((rc = comm_allreduce(e->comm, grads, grads, n, COMM_F32, COMM_AVG)) != STRATA_OK ||
-        (rc = comm_allreduce(e->comm, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK)
-      return comm_failed(e, rc);
+    if ((rc = comm_allreduce(e->comm, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK) return comm_failed(e, rc);
     ctl[0] /= e->size;
   }
   if (ctl[2] > 0 && (rc = engine_agree(e, local)) != STRATA_OK) return rc;
@@ -263,17 +370,17 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   out->lr = lr;
   if (isnan(e->loss0)) e->loss0 = out->loss;
   double total = 0, gnorm = 0;
-  if ((rc = optim_grad_sumsq(e->opt, e->sq, e->tens, e->nt)) != STRATA_OK)
-    return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
-  for (int i = 0; i < e->nt; i++) total += e->sq[i];
+  if ((rc = grad_norm2(e, &total))) return rc;
+  /* The gradients hold the sum over the microbatches: dividing by their
+   * number (as a loss scale) gives the mean's norm and update. */
   float scale;
-  optim_grad_scale(total, 1.0f, (float)e->clip, &scale, &gnorm);
+  optim_grad_scale(total, (float)e->accum, (float)e->clip, &scale, &gnorm);
   out->grad_norm = gnorm;
-  /* The loss and the gradients are replicated: every rank decides alike. */
+  /* The loss and the norm are every rank's: every rank decides alike. */
   if (!isfinite(gnorm) || !isfinite(out->loss)) {
     out->skipped = 1;
-  } else if ((rc = optim_step(e->opt, e->tens, e->nt, scale)) != STRATA_OK) {
-    return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+  } else if ((rc = update(e, scale)) || (rc = state_gather_updates(e))) {
+    return rc;
   }
   out->seconds = engine_now() - t0;
   return STRATA_OK;
@@ -291,21 +398,36 @@ void engine_defer_error(par_engine_t *e, int rc, const char *msg) {
 
 double par_engine_initial_loss(const par_engine_t *e) { return e ? e->loss0 : NAN; }
 
+/* Mean validation loss over `batches` batches shared among the ranks. Under
+ * ZeRO-3 every forward gathers parameters collectively, so every rank runs
+ * the same number of forwards (a rank past the last batch repeats one and
+ * does not count it). */
 int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *out) {
-  int rc, B;
+  int rc = STRATA_OK, B;
   if (!e || !data || !out || batches < 1) return STRATA_EINVAL;
   *out = NAN;
   if (par_data_samples(data, PAR_SPLIT_VAL) == 0) return STRATA_OK;
   B = e->layout.microbatch;
   double sum = 0;
-  for (int k = e->rank; k < batches; k += e->size) {
+  int rounds = (batches + e->size - 1) / e->size, failed = STRATA_OK;
+  e->hook_rc = STRATA_OK;
+  for (int i = 0; i < rounds; i++) {
+    int k = i * e->size + e->rank, counted = k < batches;
     float loss;
-    if ((rc = par_data_fill(data, PAR_SPLIT_VAL, (uint64_t)k * (uint64_t)B, B, e->in, e->tg)) != STRATA_OK)
-      return engine_fail(e, 0, rc, "validation data: %s", par_data_error(data));
-    if ((rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
-      return model_fail(e, rc, "validation");
-    sum += loss;
+    if (!counted && e->zero < 3) break;
+    if (!failed && (rc = par_data_fill(data, PAR_SPLIT_VAL, (uint64_t)(k % batches) * (uint64_t)B, B, e->in,
+                                       e->tg)) != STRATA_OK)
+      failed = engine_fail(e, 0, rc, "validation data: %s", par_data_error(data));
+    if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
+      failed = e->hook_rc ? rc : model_fail(e, rc, "validation");
+    if (e->hook_rc) return e->hook_rc;
+    if (failed) { /* keep in step: the forward's gathers */
+      if ((rc = state_replay(e, e->events, 0))) return rc;
+      continue;
+    }
+    if (counted) sum += loss;
   }
+  if ((rc = engine_agree(e, failed))) return rc;
   if (e->size > 1 && (rc = comm_allreduce(e->comm, &sum, &sum, 1, COMM_F64, COMM_SUM)) != STRATA_OK)
     return comm_failed(e, rc);
   *out = sum / batches;

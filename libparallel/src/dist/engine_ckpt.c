@@ -1,40 +1,52 @@
-/* The engine's checkpoints: every parameter and optimizer state is one
- * array with its global shape, whatever the layout that wrote it, so a
- * checkpoint saved with N ranks loads with any other number. The layout
- * of the file is written here and nowhere else. */
+/* The engine's checkpoints: every parameter and every optimizer state is
+ * one array with its global shape, whatever the layout that wrote it (each
+ * rank writes its own part, and reads the parts its layout needs), so a
+ * checkpoint saved under one data-parallel degree and ZeRO stage loads
+ * under any other. The names and the layout of the file are written here
+ * and in ckpt_names.h, nowhere else. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_names.h"
 #include "engine_internal.h"
-
-/* This rank's contiguous share [off, off+cnt) of n elements. */
-static void share(size_t n, int rank, int size, int64_t *off, int64_t *cnt) {
-  size_t lo = n * (size_t)rank / (size_t)size, hi = n * (size_t)(rank + 1) / (size_t)size;
-  *off = (int64_t)lo, *cnt = (int64_t)(hi - lo);
-}
 
 #define CK(call)                                                                                   \
   do {                                                                                             \
     if ((rc = (call)) != STRATA_OK) goto done;                                                     \
   } while (0)
 
-/* The arrays of view i: parameters, then the optimizer's state. */
-static int view_arrays(par_engine_t *e, int i, char nm[3][300], float *bufs[3]) {
+/* This rank's part of view i for array `what` ('p', 'm', 'v'): elements
+ * [*off, *off + *cnt) at *data. Stage 0 replicas split every view evenly;
+ * sharded stages give their own piece (none: count 0). */
+static void part(par_engine_t *e, const int *piece_of, int i, char what, int64_t *off, int64_t *cnt,
+                 float **data) {
   const par_gpt_view_t *v = par_gpt_view(e->model, i);
-  float *params = par_gpt_params(e->model, NULL);
-  int k = 0;
-  snprintf(nm[k], sizeof nm[k], "params/%s", v->name);
-  bufs[k++] = params + v->offset;
-  if (e->m) {
-    snprintf(nm[k], sizeof nm[k], "optim/m/%s", v->name);
-    bufs[k++] = e->m + v->offset;
+  *off = 0, *cnt = 0, *data = NULL;
+  if (e->zero == 0) {
+    size_t lo = v->numel * (size_t)e->rank / (size_t)e->size, hi = v->numel * (size_t)(e->rank + 1) / (size_t)e->size;
+    int k = piece_of[i]; /* stage 0 holds the whole view as one piece */
+    float *p, *g, *m, *s;
+    state_piece_ptrs(e, k, &p, &g, &m, &s);
+    float *base = what == 'p' ? p : what == 'm' ? m : s;
+    *off = (int64_t)lo, *cnt = (int64_t)(hi - lo), *data = base ? base + lo : NULL;
+    return;
   }
-  if (e->v) {
-    snprintf(nm[k], sizeof nm[k], "optim/v/%s", v->name);
-    bufs[k++] = e->v + v->offset;
-  }
-  return k;
+  int k = piece_of[i];
+  if (k < 0) return;
+  float *p, *g, *m, *s;
+  state_piece_ptrs(e, k, &p, &g, &m, &s);
+  *off = (int64_t)e->pieces[k].a, *cnt = (int64_t)e->pieces[k].n;
+  *data = what == 'p' ? p : what == 'm' ? m : s;
+}
+
+static int *piece_index(par_engine_t *e) {
+  int nv = par_gpt_num_views(e->model);
+  int *idx = malloc((size_t)nv * sizeof *idx);
+  if (!idx) return NULL;
+  for (int i = 0; i < nv; i++) idx[i] = -1;
+  for (int k = 0; k < e->npieces; k++) idx[e->pieces[k].view] = k;
+  return idx;
 }
 
 /* An upper bound of the file's size: the arrays, their chunk checksums and
@@ -42,44 +54,55 @@ static int view_arrays(par_engine_t *e, int i, char nm[3][300], float *bufs[3]) 
  * grows) and a margin for the superblock, groups and indexes. Measured
  * files stay below it (tests/lua/failures.sh checks). */
 static uint64_t file_bytes(par_engine_t *e, const par_attr_t *attrs, int nattrs) {
-  uint64_t n = 0, arrays = 0;
-  char names[3][300];
-  float *bufs[3];
-  for (int i = 0; i < e->nt; i++) {
-    int k = view_arrays(e, i, names, bufs);
-    n += (uint64_t)k * par_gpt_view(e->model, i)->numel * sizeof(float);
-    arrays += (uint64_t)k;
+  uint64_t n = 0, arrays = 0, per = 1 + ((e->state_arrays & 1) ? 1 : 0) + ((e->state_arrays & 2) ? 1 : 0);
+  for (int i = 0; i < par_gpt_num_views(e->model); i++) {
+    n += per * par_gpt_view(e->model, i)->numel * sizeof(float);
+    arrays += per;
   }
   uint64_t a = 4096 + strlen(e->model_desc) + strlen(e->optim_desc) + strlen(e->layout_desc);
   for (int i = 0; i < nattrs; i++) a += strlen(attrs[i].name) + strlen(attrs[i].value) + 64;
   return n + n / 1024 + arrays * 4096 + 2 * a + (256 << 10);
 }
 
+static const char *arrays_of(const par_engine_t *e) {
+  return (e->state_arrays & 2) ? "pmv" : (e->state_arrays & 1) ? "pm" : "p";
+}
+
 int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, long step,
                     const par_attr_t *attrs, int nattrs) {
   par_ckpt_t *c = NULL;
-  char err[1200] = "";
-  char names[3][300];
-  float *bufs[3];
+  char err[1200] = "", name[300];
   if (!e || !path || !data) return STRATA_EINVAL;
+  int *piece_of = piece_index(e);
+  if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
   /* Every rank must be here before HDF5's collective file creation, whose
    * waits have no watchdog: a stopped rank is reported now, by libcomm. */
   int rc = e->size > 1 ? comm_barrier(e->comm) : STRATA_OK;
-  if (rc != STRATA_OK) return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path,
-                                          comm_last_error(e->comm));
+  if (rc != STRATA_OK) {
+    free(piece_of);
+    return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path, comm_last_error(e->comm));
+  }
   rc = par_ckpt_create(path, comm_mpi(e->comm), &c, err, sizeof err);
-  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
+  if (rc != STRATA_OK) {
+    free(piece_of);
+    return engine_fail(e, 1, rc, "%s", err);
+  }
   par_ckpt_set_timeout(c, e->opts.collective_timeout_s);
   CK(par_ckpt_reserve(c, file_bytes(e, attrs, nattrs)));
-  for (int i = 0; i < e->nt; i++) {
+  for (int i = 0; i < par_gpt_num_views(e->model); i++) {
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
-    int64_t off, cnt;
-    share(v->numel, e->rank, e->size, &off, &cnt);
-    int k = view_arrays(e, i, names, bufs);
-    for (int a = 0; a < k; a++) CK(par_ckpt_write(c, names[a], v->ndim, v->shape, off, cnt, bufs[a] + off));
+    for (const char *w = arrays_of(e); *w; w++) {
+      int64_t off, cnt;
+      float *d;
+      part(e, piece_of, i, *w, &off, &cnt, &d);
+      ckpt_array_name(CKPT_FORMAT_VERSION, *w, e->optim_name, v->name, name, sizeof name);
+      CK(par_ckpt_write(c, name, v->ndim, v->shape, off, cnt, d));
+    }
   }
   int64_t st = step, pos = (int64_t)par_data_position(data), ost = optim_get_step(e->opt);
-  int64_t seed = (int64_t)e->opts.seed;
+  int64_t seed = (int64_t)e->opts.seed, ver = CKPT_FORMAT_VERSION;
+  CK(par_ckpt_set_str(c, "format", CKPT_FORMAT));
+  CK(par_ckpt_set_i64(c, "format_version", &ver, 1));
   CK(par_ckpt_set_i64(c, "step", &st, 1));
   CK(par_ckpt_set_i64(c, "data_position", &pos, 1));
   CK(par_ckpt_set_i64(c, "optim_step", &ost, 1));
@@ -97,23 +120,63 @@ done:
   /* A timed-out status exchange leaves a rank inside HDF5: only this rank knows. */
   if (rc != STRATA_OK) engine_fail(e, rc != STRATA_ETIMEOUT, rc, "%s", par_ckpt_error(c));
   par_ckpt_close(c);
+  free(piece_of);
   return rc;
+}
+
+/* What a rank reads of view i: the whole view where its layout keeps it
+ * whole (the parameters of stages 0-2, the optimizer state of stage 0),
+ * else its piece. */
+static void read_part(par_engine_t *e, const int *piece_of, int i, char what, int64_t *off, int64_t *cnt,
+                      float **data) {
+  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2);
+  if (!whole) {
+    part(e, piece_of, i, what, off, cnt, data);
+    return;
+  }
+  const par_gpt_view_t *v = par_gpt_view(e->model, i);
+  float *p, *g, *m, *s;
+  if (e->zero == 0) state_piece_ptrs(e, piece_of[i], &p, &g, &m, &s);
+  else { /* stages 1-2: the full parameters, at the view's place */
+    int r = 0;
+    while (r + 1 < e->nregions && (int)i >= e->regions[r + 1].first_view) r++;
+    p = state_full_params(e) + e->regions[r].foff + (v->offset - e->regions[r].off);
+    m = s = NULL;
+  }
+  *off = 0, *cnt = (int64_t)v->numel;
+  *data = what == 'p' ? p : what == 'm' ? m : s;
 }
 
 int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *step) {
   par_ckpt_t *c = NULL;
-  char err[1200] = "";
-  char names[3][300];
-  float *bufs[3];
+  char err[1200] = "", name[300], *contents = NULL;
   if (!e || !path || !data || !step) return STRATA_EINVAL;
+  int *piece_of = piece_index(e);
+  if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
   int rc = par_ckpt_open(path, comm_mpi(e->comm), &c, err, sizeof err);
-  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
+  if (rc != STRATA_OK) {
+    free(piece_of);
+    return engine_fail(e, 1, rc, "%s", err);
+  }
+  if (par_ckpt_get_str(c, "contents", &contents) == STRATA_OK && !strcmp(contents, "weights")) {
+    snprintf(err, sizeof err, "checkpoint '%s' holds weights only (no optimizer state or step, as "
+             "strata convert writes them): start from it with model.init", path);
+    rc = STRATA_EINVAL;
+    goto done;
+  }
+  int64_t ver = 1; /* format 1 had no version attribute */
+  par_ckpt_get_i64(c, "format_version", &ver, 1);
   CK(par_ckpt_expect_str(c, "model", e->model_desc));
   CK(par_ckpt_expect_str(c, "optim", e->optim_name));
-  for (int i = 0; i < e->nt; i++) { /* every rank reads all: data-parallel replicas */
+  for (int i = 0; i < par_gpt_num_views(e->model); i++) {
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
-    int k = view_arrays(e, i, names, bufs);
-    for (int a = 0; a < k; a++) CK(par_ckpt_read(c, names[a], v->ndim, v->shape, 0, (int64_t)v->numel, bufs[a]));
+    for (const char *w = arrays_of(e); *w; w++) {
+      int64_t off, cnt;
+      float *d;
+      read_part(e, piece_of, i, *w, &off, &cnt, &d);
+      ckpt_array_name((int)ver, *w, e->optim_name, v->name, name, sizeof name);
+      CK(par_ckpt_read(c, name, v->ndim, v->shape, off, cnt, d));
+    }
   }
   int64_t st, pos, ost;
   CK(par_ckpt_get_i64(c, "step", &st, 1));
@@ -126,7 +189,9 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   optim_set_step(e->opt, (long)ost);
   *step = (long)st;
 done:
-  if (rc != STRATA_OK) engine_fail(e, 1, rc, "%s", par_ckpt_error(c));
+  free(contents);
+  if (rc != STRATA_OK) engine_fail(e, 1, rc, "%s", err[0] && !strstr(err, "%") ? err : par_ckpt_error(c));
   par_ckpt_close(c);
+  free(piece_of);
   return rc;
 }

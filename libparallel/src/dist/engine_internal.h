@@ -1,5 +1,6 @@
 /* The engine's internals, shared by engine.c (create, step, evaluate),
- * engine_ckpt.c (save, load) and train.c (the loop). */
+ * state.c (the sharded training state, the model's hooks, the
+ * communication), engine_ckpt.c (save, load) and train.c (the loop). */
 #ifndef STRATA_PAR_ENGINE_INTERNAL_H
 #define STRATA_PAR_ENGINE_INTERNAL_H
 
@@ -8,31 +9,82 @@
 #include <strata/comm.h>
 #include <strata/optim.h>
 #include <strata/parallel.h>
+#include <strata/tensor.h>
+
+/* Shards start at multiples of this many elements (64 bytes). */
+#define ENGINE_ALIGN 16
+
+/* A region of the model (par_gpt_region: the embeddings, a block, the final
+ * layernorm), sharded FSDP-style: padded to dp * shard elements, rank r
+ * holding [r * shard, (r + 1) * shard) of it. */
+typedef struct {
+  size_t off, n;            /* its range in the model's flat layout */
+  size_t shard;             /* elements per rank */
+  size_t foff;              /* its start in the full (padded) buffers */
+  size_t soff;              /* its start in this rank's shard buffers */
+  int first_view, nviews;
+  tensor_t gathered;        /* ZeRO-3: its parameters while gathered (data NULL: released) */
+  tensor_t grads;           /* ZeRO-2/3: this pass's gradients (data NULL: released) */
+  comm_request_t *gather;   /* ZeRO-3: the gather in flight */
+  comm_request_t *reduce;   /* the reduction of its gradients in flight */
+  int reduce_into_scratch;  /* ZeRO-2/3: the reduction lands in scratch, to be added */
+  int bucket;               /* ZeRO-0: its bucket */
+} region_t;
+
+/* One piece of the optimizer's work: this rank's part of a view. */
+typedef struct {
+  int view;
+  size_t a, n; /* elements [a, a + n) of the view */
+} piece_t;
 
 struct par_engine {
   par_gpt_config_t mc;
   par_layout_t layout;
   par_engine_options_t opts;
   par_gpt_t *model;
-  comm_t *comm; /* the data-parallel group */
+  tensor_ctx_t *tc; /* the model's: one memory accountant for everything */
+  int device;
+  comm_t *comm;     /* the data-parallel group */
   int rank, size;
-  int accum; /* microbatches per step: global_batch / (dp * microbatch) */
-  int seq;   /* tokens per sample */
+  int zero;         /* ZeRO stage */
+  int accum;        /* microbatches per step: global_batch / (dp * microbatch) */
+  int seq;          /* tokens per sample */
+  /* state */
+  int nregions;
+  region_t *regions;
+  size_t nfull, nshard; /* elements of the full (padded) and shard buffers */
+  tensor_t full_p, full_g;   /* ZeRO 0-2 parameters; ZeRO 0-1 gradients (padded layout) */
+  tensor_t shard_p, shard_g; /* ZeRO-3 parameters; ZeRO 2-3 gradients (this rank's) */
+  tensor_t m, v;             /* optimizer state: full (ZeRO-0) or this rank's shard */
+  int state_arrays;          /* par_optim_state_arrays: bit 0 m, bit 1 v */
+  size_t state_bytes[3];     /* persistent bytes: parameters, gradients, optimizer state */
+  /* buckets (ZeRO-0): regions [lo, hi], posted when region lo's gradients are done */
+  int nbuckets;
+  int *bucket_lo, *bucket_hi;
+  comm_request_t **bucket_req;
+  size_t bucket_bytes;
+  int reducing;    /* this microbatch is the last: post reductions (ZeRO 0-1) */
+  int microbatch;  /* its index within the step */
+  int events;      /* hook events of this microbatch so far (state_replay resumes there) */
   /* optimizer */
   optim *opt;
   char optim_name[16];
   double clip;
-  float *m, *v;       /* state, flat like the parameters (NULL when unused) */
-  size_t state_bytes; /* bytes of m and v */
-  optim_tensor *tens; /* one per model view */
-  double *sq;         /* per-view sums of squares of the gradients */
-  int nt;
-  int32_t *in, *tg; /* one microbatch of inputs and targets */
+  int groups[2];
+  int npieces;
+  piece_t *pieces;
+  optim_tensor *tens; /* one per piece */
+  double *sq, *vsq;   /* per piece, per view (2 per view for LAMB/LARS) */
+  int32_t *in, *tg;   /* one microbatch of inputs and targets */
   char model_desc[256], optim_desc[512], layout_desc[160];
   double loss0; /* the loss of the run's first step (NaN before it; kept in checkpoints) */
   const volatile sig_atomic_t *stop_flag; /* par_engine_watch_stop */
   int pending_rc;                         /* engine_defer_error: joins the next step */
   char pending_msg[1024];
+  int hook_rc;        /* the first failure inside a hook */
+  /* when the step's last backward finished, its first reduction was posted
+   * and first seen complete (par_step_t reports them) */
+  double t_backward_end, t_first_post, t_first_done;
   char err[1536];
   int err_all; /* the last error was returned by every rank */
 };
@@ -47,5 +99,32 @@ int engine_agree(par_engine_t *e, int rc);
 /* An error of this rank outside a step (rank 0's metrics file) that the
  * next step's reduction makes every rank's. */
 void engine_defer_error(par_engine_t *e, int rc, const char *msg);
+
+/* ---- state.c ---- */
+/* Lays out regions and shards, allocates the state, initialises the
+ * parameters (from opts.seed, or opts.init), binds what stays bound and
+ * sets the model's hook. */
+int state_create(par_engine_t *e);
+void state_destroy(par_engine_t *e);
+/* Zeroes the gradients a step accumulates into. */
+int state_zero_grads(par_engine_t *e);
+/* Waits for every reduction in flight; finishes the shard gradients
+ * (ZeRO 1: moves each region's reduced part into place). */
+int state_finish_reductions(par_engine_t *e);
+/* After the update: ZeRO 1-2 gather the updated shards into the full parameters. */
+int state_gather_updates(par_engine_t *e);
+/* The optimizer's pieces over this rank's state. */
+int state_pieces(par_engine_t *e);
+/* Pointers of piece i into the parameters, gradients, m and v. */
+void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v);
+/* The flat layout element of the full buffers / of the shard buffers. */
+float *state_full_params(par_engine_t *e);
+/* Releases what a pass left gathered (ZeRO-3) after an error. */
+void state_release_all(par_engine_t *e);
+/* One hook event (what the model's hook does), and the events of a pass
+ * from the from-th on (a rank whose microbatch failed plays the rest, so
+ * that it posts the collectives the others post). */
+int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward);
+int state_replay(par_engine_t *e, int from, int with_backward);
 
 #endif

@@ -31,6 +31,7 @@
 #include <strata/half.h>
 #include <strata/parallel.h>
 
+#include "ckpt_names.h"
 #include "json.h"
 
 #define LLMC_MAGIC 20240326
@@ -385,10 +386,12 @@ static int strata_read(const char *path, par_gpt_t *model, char *err, size_t n) 
   char name[300];
   int rc = par_ckpt_open(path, MPI_COMM_SELF, &c, err, n);
   if (rc) return rc;
+  int64_t ver = 1; /* format 1 had no version attribute */
+  par_ckpt_get_i64(c, "format_version", &ver, 1);
   float *params = par_gpt_params(model, NULL);
   for (int i = 0; rc == STRATA_OK && i < par_gpt_num_views(model); i++) {
     const par_gpt_view_t *v = par_gpt_view(model, i);
-    snprintf(name, sizeof name, "params/%s", v->name);
+    ckpt_array_name((int)ver, 'p', "", v->name, name, sizeof name);
     if ((rc = par_ckpt_read(c, name, v->ndim, v->shape, 0, (int64_t)v->numel, params + v->offset)))
       fail(err, n, rc, "%s", par_ckpt_error(c));
   }
@@ -644,12 +647,14 @@ static int strata_write(const char *path, par_gpt_t *model, char *err, size_t n)
   rc = par_ckpt_reserve(c, bytes + (256 << 10));
   for (int i = 0; rc == STRATA_OK && i < par_gpt_num_views(model); i++) {
     const par_gpt_view_t *v = par_gpt_view(model, i);
-    snprintf(name, sizeof name, "params/%s", v->name);
+    ckpt_array_name(CKPT_FORMAT_VERSION, 'p', "", v->name, name, sizeof name);
     rc = par_ckpt_write(c, name, v->ndim, v->shape, 0, (int64_t)v->numel, params + v->offset);
   }
   snprintf(desc, sizeof desc, "layers=%d hidden=%d heads=%d seq=%d vocab=%d", mc->layers, mc->hidden,
            mc->heads, mc->seq, mc->vocab);
-  int64_t zero = 0;
+  int64_t zero = 0, ver = CKPT_FORMAT_VERSION;
+  if (rc == STRATA_OK) rc = par_ckpt_set_str(c, "format", CKPT_FORMAT);
+  if (rc == STRATA_OK) rc = par_ckpt_set_i64(c, "format_version", &ver, 1);
   if (rc == STRATA_OK) rc = par_ckpt_set_str(c, "model", desc);
   if (rc == STRATA_OK) rc = par_ckpt_set_i64(c, "step", &zero, 1);
   if (rc == STRATA_OK) rc = par_ckpt_set_str(c, "contents", "weights");

@@ -53,12 +53,6 @@ double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
 
 /* ---- views ---- */
 
-enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
-
-typedef struct {
-  int init;
-  float std;
-} view_init_t;
 
 static void add_view(par_gpt_t *m, char **names, size_t *off, view_init_t *inits, const char *name,
                      int ndim, int64_t d0, int64_t d1, int decay, int init, float std) {
@@ -77,16 +71,87 @@ static void add_view(par_gpt_t *m, char **names, size_t *off, view_init_t *inits
   m->nviews++;
 }
 
-static tensor_t view_of(par_gpt_t *m, const tensor_t *flat, const par_gpt_view_t *v) {
-  float *p = (float *)flat->data + v->offset;
-  return tensor_view(p, TENSOR_F32, m->device, v->ndim, v->shape);
+/* A view's tensor at base + its offset within its region (base: the
+ * region's first element; NULL gives a tensor with no data). */
+static tensor_t view_at(par_gpt_t *m, float *base, const par_gpt_view_t *v, size_t region_off) {
+  return tensor_view(base ? base + (v->offset - region_off) : NULL, TENSOR_F32, m->device, v->ndim, v->shape);
 }
 
-static void bind2(par_gpt_t *m, gpt_param2_t *p, int vi) {
-  p->w = view_of(m, &m->params, &m->views[vi]);
-  p->dw = view_of(m, &m->grads, &m->views[vi]);
-  p->b = view_of(m, &m->params, &m->views[vi + 1]);
-  p->db = view_of(m, &m->grads, &m->views[vi + 1]);
+static void bind2(par_gpt_t *m, gpt_param2_t *p, int vi, float *pb, float *gb, size_t roff) {
+  p->w = view_at(m, pb, &m->views[vi], roff);
+  p->dw = view_at(m, gb, &m->views[vi], roff);
+  p->b = view_at(m, pb, &m->views[vi + 1], roff);
+  p->db = view_at(m, gb, &m->views[vi + 1], roff);
+}
+
+/* Regions: 0 the embeddings (wte, wpe), 1..L the blocks, L+1 the final
+ * layernorm: the views of region r are [first, first + count). */
+static void region_views(const par_gpt_t *m, int r, int *first, int *count) {
+  int L = m->cfg.layers;
+  if (r == 0) *first = 0, *count = 2;
+  else if (r <= L) *first = 2 + 12 * (r - 1), *count = 12;
+  else *first = 2 + 12 * L, *count = 2;
+}
+
+/* Points region r's tensors at params p and grads g (region bases). */
+static void bind_region(par_gpt_t *m, int r, float *p, float *g) {
+  int first, count, L = m->cfg.layers;
+  region_views(m, r, &first, &count);
+  size_t off = m->views[first].offset;
+  if (r == 0) {
+    m->wte = view_at(m, p, &m->views[0], off), m->dwte = view_at(m, g, &m->views[0], off);
+    m->wpe = view_at(m, p, &m->views[1], off), m->dwpe = view_at(m, g, &m->views[1], off);
+  } else if (r <= L) {
+    gpt_block_t *k = &m->blocks[r - 1];
+    bind2(m, &k->ln1, first, p, g, off), bind2(m, &k->qkv, first + 2, p, g, off);
+    bind2(m, &k->proj, first + 4, p, g, off), bind2(m, &k->ln2, first + 6, p, g, off);
+    bind2(m, &k->fc, first + 8, p, g, off), bind2(m, &k->fcproj, first + 10, p, g, off);
+  } else {
+    bind2(m, &m->lnf, first, p, g, off);
+  }
+}
+
+int par_gpt_num_regions(const par_gpt_t *m) { return m ? m->cfg.layers + 2 : 0; }
+
+int par_gpt_region(const par_gpt_t *m, int r, size_t *offset, size_t *count, int *first_view, int *views) {
+  if (!m || r < 0 || r > m->cfg.layers + 1) return STRATA_EINVAL;
+  int first, n;
+  region_views(m, r, &first, &n);
+  if (offset) *offset = m->views[first].offset;
+  if (count) *count = m->views[first + n - 1].offset + m->views[first + n - 1].numel - m->views[first].offset;
+  if (first_view) *first_view = first;
+  if (views) *views = n;
+  return STRATA_OK;
+}
+
+int par_gpt_bind(par_gpt_t *m, int r, float *params, float *grads) {
+  if (!m || r < 0 || r > m->cfg.layers + 1) return STRATA_EINVAL;
+  bind_region(m, r, params, grads);
+  return STRATA_OK;
+}
+
+void par_gpt_set_hook(par_gpt_t *m, par_gpt_hook_t hook, void *ctx) {
+  if (!m) return;
+  m->hook = hook;
+  m->hook_ctx = ctx;
+}
+
+int par_gpt_init_values(par_gpt_t *m, uint64_t seed, size_t offset, size_t count, float *out) {
+  if (!m || (count && !out)) return STRATA_EINVAL;
+  size_t end = offset + count;
+  for (int i = 0; i < m->nviews; i++) {
+    const par_gpt_view_t *v = &m->views[i];
+    size_t a = v->offset > offset ? v->offset : offset, b = v->offset + v->numel < end ? v->offset + v->numel : end;
+    if (a >= b) continue;
+    /* the view's elements [a, b) as a slice of the view seen flat */
+    tensor_t t = tensor_view1(out + (a - offset), TENSOR_F32, m->device, (int64_t)(b - a));
+    tensor_slice_t sl = {.ndim = 1, .shape = {(int64_t)v->numel}, .start = {(int64_t)(a - v->offset)}};
+    int rc;
+    if (m->inits[i].init == INIT_NORMAL) rc = tensor_fill_normal(m->tc, &t, seed, v->name, &sl, 0.f, m->inits[i].std);
+    else rc = tensor_fill(m->tc, &t, m->inits[i].init == INIT_ONES ? 1.f : 0.f);
+    if (rc) return gpt_tensor_err(m, rc);
+  }
+  return STRATA_OK;
 }
 
 int par_gpt_create(par_gpt_t **model, const par_gpt_config_t *cfg, uint64_t seed) {
@@ -97,7 +162,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
                       uint64_t seed) {
   int rc = STRATA_OK;
   par_gpt_t *m = NULL;
-  view_init_t *inits = NULL;
+  view_init_t *inits = NULL; /* m->inits once m exists */
   create_err[0] = 0;
   if (!model) return STRATA_EINVAL;
   *model = NULL;
@@ -159,35 +224,27 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   }
   add_view(m, &names, &off, inits, "ln_f.w", 1, C, 0, 0, INIT_ONES, 0);
   add_view(m, &names, &off, inits, "ln_f.b", 1, C, 0, 0, INIT_ZEROS, 0);
+  m->inits = inits, inits = NULL;
   int64_t n = (int64_t)off;
-  rc = tensor_alloc(m->tc, &m->params, TENSOR_F32, m->device, 1, &n);
-  if (!rc) rc = tensor_alloc(m->tc, &m->grads, TENSOR_F32, m->device, 1, &n);
-  if (rc) {
-    gpt_seterr(NULL, rc, "par_gpt_create: %lld parameters: %s", (long long)n, tensor_last_error(m->tc));
-    goto fail;
-  }
-  for (int i = 0; i < m->nviews; i++) {
-    tensor_t v = view_of(m, &m->params, &m->views[i]);
-    if (inits[i].init == INIT_NORMAL)
-      rc = tensor_fill_normal(m->tc, &v, seed, m->views[i].name, NULL, 0.f, inits[i].std);
-    else if (inits[i].init == INIT_ONES)
-      rc = tensor_fill(m->tc, &v, 1.f);
+  /* With external storage the caller binds every region (par_gpt_bind). */
+  for (int r = 0; r < L + 2; r++) bind_region(m, r, NULL, NULL);
+  if (!m->opts.external) {
+    rc = tensor_alloc(m->tc, &m->params, TENSOR_F32, m->device, 1, &n);
+    if (!rc) rc = tensor_alloc(m->tc, &m->grads, TENSOR_F32, m->device, 1, &n);
     if (rc) {
-      gpt_seterr(NULL, rc, "par_gpt_create: initialising %s: %s", m->views[i].name, tensor_last_error(m->tc));
+      gpt_seterr(NULL, rc, "par_gpt_create: %lld parameters: %s", (long long)n, tensor_last_error(m->tc));
       goto fail;
     }
+    if ((rc = par_gpt_init_values(m, seed, 0, (size_t)n, m->params.data))) {
+      gpt_seterr(NULL, rc, "par_gpt_create: initialising: %s", m->err);
+      goto fail;
+    }
+    for (int r = 0; r < L + 2; r++) {
+      size_t ro;
+      par_gpt_region(m, r, &ro, NULL, NULL, NULL);
+      bind_region(m, r, (float *)m->params.data + ro, (float *)m->grads.data + ro);
+    }
   }
-  m->wte = view_of(m, &m->params, &m->views[0]);
-  m->dwte = view_of(m, &m->grads, &m->views[0]);
-  m->wpe = view_of(m, &m->params, &m->views[1]);
-  m->dwpe = view_of(m, &m->grads, &m->views[1]);
-  for (int l = 0; l < L; l++) {
-    int b = 2 + 12 * l;
-    gpt_block_t *k = &m->blocks[l];
-    bind2(m, &k->ln1, b), bind2(m, &k->qkv, b + 2), bind2(m, &k->proj, b + 4);
-    bind2(m, &k->ln2, b + 6), bind2(m, &k->fc, b + 8), bind2(m, &k->fcproj, b + 10);
-  }
-  bind2(m, &m->lnf, 2 + 12 * L);
   *model = m;
   m = NULL;
 fail:
@@ -213,7 +270,7 @@ void par_gpt_destroy(par_gpt_t *m) {
     tensor_free(m->tc, &m->grads);
     tensor_ctx_destroy(m->tc);
   }
-  free(m->views), free(m->names), free(m->blocks);
+  free(m->views), free(m->names), free(m->blocks), free(m->inits);
   free(m);
 }
 
@@ -277,12 +334,16 @@ fail:
 
 /* ---- accessors ---- */
 
+static size_t nparams(const par_gpt_t *m) {
+  const par_gpt_view_t *v = &m->views[m->nviews - 1];
+  return v->offset + v->numel;
+}
 float *par_gpt_params(par_gpt_t *m, size_t *count) {
-  if (count) *count = m ? (size_t)tensor_numel(&m->params) : 0;
+  if (count) *count = m ? nparams(m) : 0;
   return m ? m->params.data : NULL;
 }
 float *par_gpt_grads(par_gpt_t *m, size_t *count) {
-  if (count) *count = m ? (size_t)tensor_numel(&m->grads) : 0;
+  if (count) *count = m ? nparams(m) : 0;
   return m ? m->grads.data : NULL;
 }
 const float *par_gpt_logits(const par_gpt_t *m) { return m && m->cap_bt ? m->logits.data : NULL; }
@@ -291,6 +352,9 @@ int par_gpt_num_views(const par_gpt_t *m) { return m ? m->nviews : 0; }
 const par_gpt_view_t *par_gpt_view(const par_gpt_t *m, int i) {
   return m && i >= 0 && i < m->nviews ? &m->views[i] : NULL;
 }
+struct tensor_ctx *par_gpt_tensor_ctx(par_gpt_t *m) { return m ? m->tc : NULL; }
+int par_gpt_device(const par_gpt_t *m) { return m ? m->device : TENSOR_CPU; }
+
 const par_gpt_view_t *par_gpt_find_view(const par_gpt_t *m, const char *name) {
   for (int i = 0; m && name && i < m->nviews; i++)
     if (!strcmp(m->views[i].name, name)) return &m->views[i];
@@ -303,6 +367,7 @@ int par_gpt_memory(const par_gpt_t *m, size_t *current, size_t *peak) {
 
 int par_gpt_zero_grad(par_gpt_t *m) {
   if (!m) return STRATA_EINVAL;
+  if (m->opts.external) return STRATA_OK; /* the gradients are the caller's */
   int rc = tensor_zero(m->tc, &m->grads);
   return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
 }

@@ -29,8 +29,18 @@ typedef struct {
   tensor_t fch, fch_gelu;           /* (B,T,4h) */
 } gpt_acts_t;
 
+enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
+
+typedef struct {
+  int init;
+  float std;
+} view_init_t;
+
 struct par_gpt {
   par_gpt_config_t cfg;
+  view_init_t *inits; /* per view */
+  par_gpt_hook_t hook; /* par_gpt_set_hook */
+  void *hook_ctx;
   par_gpt_options_t opts;
   tensor_ctx_t *tc;
   int device;

@@ -122,6 +122,18 @@ fail:
 
 static gpt_acts_t *acts_of(par_gpt_t *m, int l) { return &m->acts[m->cfg.recompute ? 0 : l]; }
 
+/* Tells the hook (par_gpt_set_hook) about region r. */
+static int hook(par_gpt_t *m, par_gpt_event_t ev, int r, int backward) {
+  if (!m->hook) return STRATA_OK;
+  int rc = m->hook(m->hook_ctx, ev, r, backward);
+  if (rc != STRATA_OK) {
+    static const char *const names[] = {"NEED", "DONE", "GRADS"};
+    return gpt_seterr(m, rc, "par_gpt: the hook refused %s of region %d in the %s", names[ev], r,
+                      backward ? "backward" : "forward");
+  }
+  return STRATA_OK;
+}
+
 int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets, int B, int T,
                     float *loss) {
   int rc = STRATA_OK;
@@ -155,10 +167,17 @@ int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets,
     h.data = (void *)targets;
     T_(tensor_copy(m->tc, &m->targets, &h));
   }
-  if ((rc = gpt_embed_forward(m, &m->x[0], &m->tokens))) goto fail;
-  for (int l = 0; l < m->cfg.layers; l++)
-    if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) goto fail;
-  if ((rc = gpt_head_forward(m, &m->x[m->cfg.layers], targets != NULL, loss))) goto fail;
+  int L = m->cfg.layers;
+  if ((rc = hook(m, PAR_GPT_NEED, 0, 0)) || (rc = gpt_embed_forward(m, &m->x[0], &m->tokens))) goto fail;
+  for (int l = 0; l < L; l++)
+    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 0)) ||
+        (rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1])) ||
+        (rc = hook(m, PAR_GPT_DONE, l + 1, 0)))
+      goto fail;
+  if ((rc = hook(m, PAR_GPT_NEED, L + 1, 0)) ||
+      (rc = gpt_head_forward(m, &m->x[L], targets != NULL, loss)) ||
+      (rc = hook(m, PAR_GPT_DONE, L + 1, 0)) || (rc = hook(m, PAR_GPT_DONE, 0, 0)))
+    goto fail;
   m->have_targets = targets != NULL;
 fail:
   return rc;
@@ -172,16 +191,24 @@ int par_gpt_backward(par_gpt_t *m) {
     goto fail;
   }
   int L = m->cfg.layers;
-  if ((rc = gpt_head_backward(m, &m->x[L]))) goto fail;
+  if ((rc = hook(m, PAR_GPT_NEED, L + 1, 1)) || (rc = hook(m, PAR_GPT_NEED, 0, 1)) ||
+      (rc = gpt_head_backward(m, &m->x[L])) || (rc = hook(m, PAR_GPT_GRADS, L + 1, 1)) ||
+      (rc = hook(m, PAR_GPT_DONE, L + 1, 1)))
+    goto fail;
   for (int l = L - 1; l >= 0; l--) {
+    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 1))) goto fail;
     /* With recompute only the block inputs were kept: rebuild this block's
      * activations (its output is rewritten with the same values) unless
      * the scratch set still holds them. */
     if (m->cfg.recompute && m->scratch_layer != l)
       if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) goto fail;
-    if ((rc = gpt_block_backward(m, l, acts_of(m, l), &m->x[l]))) goto fail;
+    if ((rc = gpt_block_backward(m, l, acts_of(m, l), &m->x[l])) || (rc = hook(m, PAR_GPT_GRADS, l + 1, 1)) ||
+        (rc = hook(m, PAR_GPT_DONE, l + 1, 1)))
+      goto fail;
   }
-  if ((rc = gpt_embed_backward(m, &m->dres, &m->tokens))) goto fail;
+  if ((rc = gpt_embed_backward(m, &m->dres, &m->tokens)) || (rc = hook(m, PAR_GPT_GRADS, 0, 1)) ||
+      (rc = hook(m, PAR_GPT_DONE, 0, 1)))
+    goto fail;
 fail:
   return rc;
 }

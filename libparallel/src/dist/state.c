@@ -1,0 +1,467 @@
+/* The training state of one data-parallel rank under ZeRO stage 0-3
+ * (Rajbhandari et al., arXiv 1910.02054, sec. 5): where the parameters,
+ * gradients and optimizer state live, and the communication that keeps
+ * them right, driven by the model's hooks (par_gpt_set_hook).
+ *
+ * Layout. The model's regions (embeddings, each block, the final
+ * layernorm) are flattened one after another into "full" buffers, each
+ * region padded to dp * shard elements (shard a multiple of ENGINE_ALIGN),
+ * rank r owning [r * shard, (r + 1) * shard) of every region: one flat
+ * buffer per kind, partitioned into contiguous, aligned shards; a parameter
+ * may straddle a shard boundary. This rank's shards of all regions, one
+ * after another, form its "shard" buffers.
+ *
+ *   stage  parameters    gradients          optimizer state   per step
+ *   0      full          full               full              allreduce in buckets
+ *   1      full          full               shard             reduce-scatter, all-gather
+ *   2      full          shard (+ a bucket  shard             reduce-scatter per region,
+ *                        per region while                     all-gather
+ *                        it is reduced)
+ *   3      shard (+ the  shard (+ buckets)  shard             all-gather each region before
+ *          regions in                                         its forward and its backward,
+ *          use)                                               reduce-scatter
+ *
+ * Communication goes through libcomm's non-blocking collectives, posted
+ * from the hooks as soon as the model has finished a region's gradients
+ * (stage 0: a bucket of regions of at least bucket_mb), and driven by
+ * comm_test at every later hook, so that it overlaps the rest of the
+ * backward. ZeRO-3 gathers the next region while the current one computes.
+ * The tied embedding (used at both ends of each pass) stays gathered
+ * through a pass, so each pass gathers every parameter once: ZeRO's 3 Psi
+ * per step. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_internal.h"
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* A zeroed buffer of n floats on the model's device, counted by its accountant. */
+static int alloc(par_engine_t *e, tensor_t *t, size_t n, const char *what) {
+  int64_t len = (int64_t)(n ? n : 1);
+  int rc = tensor_alloc(e->tc, t, TENSOR_F32, e->device, 1, &len);
+  if (!rc) rc = tensor_zero(e->tc, t);
+  if (rc) return engine_fail(e, 0, rc, "%s (%zu floats): %s", what, n, tensor_last_error(e->tc));
+  return STRATA_OK;
+}
+
+static void release(par_engine_t *e, tensor_t *t) {
+  if (t->data) tensor_free(e->tc, t);
+  memset(t, 0, sizeof *t);
+}
+
+static float *F(const tensor_t *t) { return t->data; }
+
+static int comm_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s", comm_last_error(e->comm)); }
+
+/* ------------------------------------------------------------ progress */
+
+/* What follows a region's finished reduction: ZeRO 1 moves the reduced
+ * part (MPI's in-place reduce-scatter leaves it at the region's start) to
+ * this rank's place; ZeRO 2-3 add an accumulated microbatch into the shard
+ * gradients and release the region's gradient bucket. */
+static int reduced(par_engine_t *e, region_t *g, int r) {
+  if (e->zero == 1 && e->rank > 0) {
+    tensor_t dst = tensor_view1(F(&e->full_g) + g->foff + (size_t)e->rank * g->shard, TENSOR_F32, e->device, (int64_t)g->shard);
+    tensor_t src = tensor_view1(F(&e->full_g) + g->foff, TENSOR_F32, e->device, (int64_t)g->shard);
+    int rc = tensor_copy(e->tc, &dst, &src);
+    if (rc) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+  }
+  if (e->zero >= 2) {
+    if (g->reduce_into_scratch) {
+      tensor_t acc = tensor_view1(F(&e->shard_g) + g->soff, TENSOR_F32, e->device, (int64_t)g->shard);
+      tensor_t add = tensor_view1(F(&g->grads), TENSOR_F32, e->device, (int64_t)g->shard);
+      int rc = tensor_add_forward(e->tc, &acc, &acc, &add); /* the scratch is the bucket's head */
+      if (rc) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+      g->reduce_into_scratch = 0;
+    }
+    release(e, &g->grads);
+    par_gpt_bind(e->model, r, e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, NULL);
+  }
+  return STRATA_OK;
+}
+
+/* Drives every collective in flight (MPI progresses non-blocking
+ * collectives only inside its calls) and finishes the completed ones. */
+static void observe_done(par_engine_t *e) {
+  if (e->t_first_post > 0 && e->t_first_done == 0) e->t_first_done = engine_now();
+}
+
+static int progress(par_engine_t *e) {
+  int rc, done;
+  for (int b = 0; b < e->nbuckets; b++)
+    if (e->bucket_req[b]) {
+      if ((rc = comm_test(&e->bucket_req[b], &done)) != STRATA_OK) return comm_fail(e, rc);
+      if (done && b == 0) observe_done(e);
+    }
+  for (int r = 0; r < e->nregions; r++) {
+    region_t *g = &e->regions[r];
+    if (g->gather && (rc = comm_test(&g->gather, &done)) != STRATA_OK) return comm_fail(e, rc);
+    if (g->reduce) {
+      if ((rc = comm_test(&g->reduce, &done)) != STRATA_OK) return comm_fail(e, rc);
+      if (done && r == e->nregions - 1) observe_done(e);
+      if (done && (rc = reduced(e, g, r)) != STRATA_OK) return rc;
+    }
+  }
+  return STRATA_OK;
+}
+
+/* ------------------------------------------------------------ ZeRO-3 gathers */
+
+static int post_gather(par_engine_t *e, int r) {
+  region_t *g = &e->regions[r];
+  if (r < 0 || g->gathered.data || g->gather) return STRATA_OK;
+  int rc = alloc(e, &g->gathered, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
+  if (rc) return rc;
+  if ((rc = comm_iallgather(e->comm, F(&g->gathered), F(&e->shard_p) + g->soff, g->shard, COMM_F32, &g->gather)))
+    return comm_fail(e, rc);
+  return STRATA_OK;
+}
+
+/* The region used after r in this pass (its gather is started early). */
+static int next_region(const par_engine_t *e, int r, int backward) {
+  int L = e->nregions - 2;
+  if (!backward) return r <= L ? r + 1 : -1;
+  if (r == L + 1) return 0;
+  if (r == 0) return L;
+  return r >= 2 ? r - 1 : -1;
+}
+
+/* ------------------------------------------------------------ the hook */
+
+static int post_reduction(par_engine_t *e, int r);
+
+static int on_need(par_engine_t *e, int r, int backward) {
+  region_t *g = &e->regions[r];
+  int rc;
+  if (e->zero == 3) {
+    if ((rc = post_gather(e, r)) || (rc = post_gather(e, next_region(e, r, backward)))) return rc;
+    if (g->gather && (rc = comm_wait(&g->gather)) != STRATA_OK) return comm_fail(e, rc);
+  }
+  float *params = e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, *grads = NULL;
+  if (e->zero <= 1) grads = F(&e->full_g) + g->foff;
+  else if (backward) {
+    if (g->reduce) { /* the previous microbatch's reduction still reads the bucket */
+      if ((rc = comm_wait(&g->reduce)) != STRATA_OK) return comm_fail(e, rc);
+      if ((rc = reduced(e, g, r))) return rc;
+    }
+    if (!g->grads.data && (rc = alloc(e, &g->grads, (size_t)e->size * g->shard, "gradient bucket"))) return rc;
+    grads = F(&g->grads);
+  }
+  return par_gpt_bind(e->model, r, params, grads);
+}
+
+static int on_done(par_engine_t *e, int r) {
+  region_t *g = &e->regions[r];
+  if (e->zero == 3 && !g->gather) { /* the parameters leave until the next NEED */
+    release(e, &g->gathered);
+    par_gpt_bind(e->model, r, NULL, F(&g->grads));
+  }
+  return STRATA_OK;
+}
+
+int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward) {
+  e->events++;
+  int rc = progress(e);
+  if (!rc) {
+    if (ev == PAR_GPT_NEED) rc = on_need(e, r, backward);
+    else if (ev == PAR_GPT_DONE) rc = on_done(e, r);
+    else rc = post_reduction(e, r);
+  }
+  if (rc && !e->hook_rc) e->hook_rc = rc;
+  return rc;
+}
+
+static int hook(void *ctx, par_gpt_event_t ev, int r, int backward) { return state_event(ctx, ev, r, backward); }
+
+int state_replay(par_engine_t *e, int from, int with_backward) {
+  int L = e->nregions - 2, k = 0, rc = STRATA_OK;
+#define EV(ev, r, b)                                                                               \
+  do {                                                                                             \
+    if (k++ >= from && !rc) rc = state_event(e, ev, r, b);                                         \
+  } while (0)
+  EV(PAR_GPT_NEED, 0, 0);
+  for (int l = 1; l <= L; l++) {
+    EV(PAR_GPT_NEED, l, 0);
+    EV(PAR_GPT_DONE, l, 0);
+  }
+  EV(PAR_GPT_NEED, L + 1, 0);
+  EV(PAR_GPT_DONE, L + 1, 0);
+  EV(PAR_GPT_DONE, 0, 0);
+  if (with_backward) {
+    EV(PAR_GPT_NEED, L + 1, 1);
+    EV(PAR_GPT_NEED, 0, 1);
+    EV(PAR_GPT_GRADS, L + 1, 1);
+    EV(PAR_GPT_DONE, L + 1, 1);
+    for (int l = L; l >= 1; l--) {
+      EV(PAR_GPT_NEED, l, 1);
+      EV(PAR_GPT_GRADS, l, 1);
+      EV(PAR_GPT_DONE, l, 1);
+    }
+    EV(PAR_GPT_GRADS, 0, 1);
+    EV(PAR_GPT_DONE, 0, 1);
+  }
+#undef EV
+  return rc;
+}
+
+/* ------------------------------------------------------------ reductions */
+
+static void delay(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+  if (s > 0) nanosleep(&ts, NULL);
+}
+
+static int post_reduction(par_engine_t *e, int r) {
+  region_t *g = &e->regions[r];
+  int rc = STRATA_OK;
+  if (r == 0 && e->reducing) e->t_backward_end = engine_now();
+  if (e->size == 1) { /* nothing to reduce; ZeRO 2-3 still move the bucket into the shard */
+    if (e->zero >= 2) {
+      g->reduce_into_scratch = e->microbatch > 0;
+      if (!g->reduce_into_scratch) {
+        tensor_t dst = tensor_view1(F(&e->shard_g) + g->soff, TENSOR_F32, e->device, (int64_t)g->shard);
+        tensor_t src = tensor_view1(F(&g->grads), TENSOR_F32, e->device, (int64_t)g->shard);
+        if ((rc = tensor_copy(e->tc, &dst, &src))) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+      }
+      return reduced(e, g, r);
+    }
+    return STRATA_OK;
+  }
+  if (e->zero <= 1 && !e->reducing) return STRATA_OK; /* accumulate locally, reduce once */
+  delay(e->opts.delay_reductions_s);
+  if (e->t_first_post == 0 && e->reducing) e->t_first_post = engine_now();
+  if (e->zero == 0) {
+    int b = g->bucket;
+    if (r != e->bucket_lo[b]) return STRATA_OK; /* the bucket's lowest region completes it */
+    region_t *lo = &e->regions[e->bucket_lo[b]], *hi = &e->regions[e->bucket_hi[b]];
+    size_t count = hi->foff + (size_t)e->size * hi->shard - lo->foff;
+    float *p = F(&e->full_g) + lo->foff;
+    rc = comm_iallreduce(e->comm, p, p, count, COMM_F32, COMM_AVG, &e->bucket_req[b]);
+  } else if (e->zero == 1) {
+    float *p = F(&e->full_g) + g->foff;
+    rc = comm_ireduce_scatter(e->comm, p, p, g->shard, COMM_F32, COMM_AVG, &g->reduce);
+  } else {
+    /* The first microbatch reduces straight into the shard gradients; a
+     * later one into the bucket's own head (its part there is consumed by
+     * MPI before the result lands), then added. */
+    g->reduce_into_scratch = e->microbatch > 0;
+    float *recv = g->reduce_into_scratch ? F(&g->grads) : F(&e->shard_g) + g->soff;
+    rc = comm_ireduce_scatter(e->comm, recv, F(&g->grads), g->shard, COMM_F32, COMM_AVG, &g->reduce);
+  }
+  return rc ? comm_fail(e, rc) : STRATA_OK;
+}
+
+int state_finish_reductions(par_engine_t *e) {
+  int rc;
+  for (int b = 0; b < e->nbuckets; b++)
+    if (e->bucket_req[b]) {
+      if ((rc = comm_wait(&e->bucket_req[b])) != STRATA_OK) return comm_fail(e, rc);
+      if (b == 0) observe_done(e);
+    }
+  for (int r = e->nregions - 1; r >= 0; r--) {
+    region_t *g = &e->regions[r];
+    if (g->reduce) {
+      if ((rc = comm_wait(&g->reduce)) != STRATA_OK) return comm_fail(e, rc);
+      if (r == e->nregions - 1) observe_done(e);
+      if ((rc = reduced(e, g, r))) return rc;
+    }
+  }
+  return STRATA_OK;
+}
+
+int state_gather_updates(par_engine_t *e) {
+  int rc = STRATA_OK;
+  if (e->size == 1 || e->zero == 0 || e->zero == 3) return STRATA_OK;
+  for (int r = 0; r < e->nregions && !rc; r++) { /* in place: this rank's part is already there */
+    region_t *g = &e->regions[r];
+    float *p = F(&e->full_p) + g->foff;
+    rc = comm_iallgather(e->comm, p, p + (size_t)e->rank * g->shard, g->shard, COMM_F32, &g->gather);
+  }
+  for (int r = 0; r < e->nregions; r++) {
+    int w = comm_wait(&e->regions[r].gather);
+    if (!rc) rc = w;
+  }
+  return rc ? comm_fail(e, rc) : STRATA_OK;
+}
+
+void state_release_all(par_engine_t *e) {
+  for (int b = 0; b < e->nbuckets; b++) comm_wait(&e->bucket_req[b]);
+  for (int r = 0; r < e->nregions; r++) {
+    region_t *g = &e->regions[r];
+    comm_wait(&g->gather), comm_wait(&g->reduce);
+    g->reduce_into_scratch = 0;
+    if (e->zero >= 2) release(e, &g->grads);
+    if (e->zero == 3) release(e, &g->gathered);
+  }
+}
+
+int state_zero_grads(par_engine_t *e) {
+  tensor_t *t = e->zero <= 1 ? &e->full_g : &e->shard_g;
+  int rc = tensor_zero(e->tc, t);
+  return rc ? engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc)) : STRATA_OK;
+}
+
+float *state_full_params(par_engine_t *e) { return e->zero <= 2 ? F(&e->full_p) : NULL; }
+
+/* ------------------------------------------------------------ pieces */
+
+int state_pieces(par_engine_t *e) {
+  int nv = par_gpt_num_views(e->model), n = 0;
+  e->pieces = calloc((size_t)nv, sizeof *e->pieces);
+  if (!e->pieces) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d pieces", nv);
+  int sharded = e->zero >= 1;
+  for (int r = 0; r < e->nregions; r++) {
+    region_t *g = &e->regions[r];
+    size_t lo = sharded ? (size_t)e->rank * g->shard : 0, hi = sharded ? lo + g->shard : g->n;
+    for (int i = g->first_view; i < g->first_view + g->nviews; i++) {
+      const par_gpt_view_t *v = par_gpt_view(e->model, i);
+      size_t va = v->offset - g->off, vb = va + v->numel; /* region-relative */
+      size_t a = va > lo ? va : lo, b = vb < hi ? vb : hi;
+      if (a >= b) continue;
+      e->pieces[n++] = (piece_t){.view = i, .a = a - va, .n = b - a};
+    }
+  }
+  e->npieces = n;
+  return STRATA_OK;
+}
+
+static int region_of_view(const par_engine_t *e, int view) {
+  for (int r = 0; r < e->nregions; r++)
+    if (view < e->regions[r].first_view + e->regions[r].nviews) return r;
+  return e->nregions - 1;
+}
+
+void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v) {
+  const piece_t *pc = &e->pieces[i];
+  const par_gpt_view_t *vw = par_gpt_view(e->model, pc->view);
+  const region_t *rg = &e->regions[region_of_view(e, pc->view)];
+  size_t rel = vw->offset - rg->off + pc->a;                 /* region-relative element */
+  size_t full = rg->foff + rel;                              /* in the full buffers */
+  size_t shard = rg->soff + rel - (size_t)e->rank * rg->shard; /* in the shard buffers */
+  size_t st = e->zero == 0 ? full : shard;
+  *p = e->zero <= 2 ? F(&e->full_p) + full : F(&e->shard_p) + shard;
+  *g = e->zero <= 1 ? F(&e->full_g) + full : F(&e->shard_g) + shard;
+  *m = e->m.data ? F(&e->m) + st : NULL;
+  *v = e->v.data ? F(&e->v) + st : NULL;
+}
+
+/* ------------------------------------------------------------ create */
+
+/* The parameters of a model file (opts.init), through a model of the same
+ * configuration with its own storage, copied into this rank's buffers. */
+static int read_init(par_engine_t *e) {
+  par_gpt_t *tmp = NULL;
+  par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
+  o.threads = e->opts.threads;
+  char err[1024];
+  int rc = par_gpt_create_ex(&tmp, &e->mc, &o, 0);
+  if (rc) return engine_fail(e, 1, rc, "model.init: %s", par_gpt_create_error());
+  if ((rc = par_model_read(e->opts.init, tmp, err, sizeof err))) {
+    par_gpt_destroy(tmp);
+    return engine_fail(e, 1, rc, "model.init: %s", err);
+  }
+  const float *src = par_gpt_params(tmp, NULL);
+  for (int r = 0; r < e->nregions && !rc; r++) {
+    region_t *g = &e->regions[r];
+    size_t a = e->zero == 3 ? (size_t)e->rank * g->shard : 0, b = e->zero == 3 ? a + g->shard : g->n;
+    if (b > g->n) b = g->n;
+    if (a >= b) continue;
+    float *dst = e->zero == 3 ? F(&e->shard_p) + g->soff : F(&e->full_p) + g->foff + a;
+    tensor_t d = tensor_view1(dst, TENSOR_F32, e->device, (int64_t)(b - a));
+    tensor_t s = tensor_view1((float *)src + g->off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
+    if ((rc = tensor_copy(e->tc, &d, &s))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+  }
+  par_gpt_destroy(tmp);
+  return rc;
+}
+
+static int init_params(par_engine_t *e) {
+  if (e->opts.init) return read_init(e);
+  for (int r = 0; r < e->nregions; r++) {
+    region_t *g = &e->regions[r];
+    size_t a = 0, b = g->n;
+    float *dst = F(&e->full_p) + g->foff;
+    if (e->zero == 3) { /* this rank's part only, by global index */
+      a = (size_t)e->rank * g->shard, b = a + g->shard < g->n ? a + g->shard : g->n;
+      dst = F(&e->shard_p) + g->soff;
+    } else {
+      dst += a;
+    }
+    if (a < b && par_gpt_init_values(e->model, e->opts.seed, g->off + a, b - a, dst))
+      return engine_fail(e, 0, STRATA_EINVAL, "initialising: %s", par_gpt_last_error(e->model));
+  }
+  return STRATA_OK;
+}
+
+/* Stage 0: buckets of whole regions in the order backward finishes them
+ * (the last region first), each at least bucket_bytes. */
+static int make_buckets(par_engine_t *e) {
+  int n = e->nregions;
+  e->bucket_lo = calloc((size_t)n, sizeof(int));
+  e->bucket_hi = calloc((size_t)n, sizeof(int));
+  e->bucket_req = calloc((size_t)n, sizeof *e->bucket_req);
+  if (!e->bucket_lo || !e->bucket_hi || !e->bucket_req) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
+  int b = 0;
+  size_t bytes = 0;
+  e->bucket_hi[0] = n - 1;
+  for (int r = n - 1; r >= 0; r--) {
+    e->regions[r].bucket = b;
+    bytes += (size_t)e->size * e->regions[r].shard * sizeof(float);
+    e->bucket_lo[b] = r;
+    if (bytes >= e->bucket_bytes && r > 0) {
+      b++;
+      e->bucket_hi[b] = r - 1;
+      bytes = 0;
+    }
+  }
+  e->nbuckets = b + 1;
+  return STRATA_OK;
+}
+
+int state_create(par_engine_t *e) {
+  int rc, dp = e->size, arrays;
+  e->nregions = par_gpt_num_regions(e->model);
+  if (!(e->regions = calloc((size_t)e->nregions, sizeof *e->regions)))
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
+  for (int r = 0; r < e->nregions; r++) {
+    region_t *g = &e->regions[r];
+    par_gpt_region(e->model, r, &g->off, &g->n, &g->first_view, &g->nviews);
+    g->shard = round_up((g->n + (size_t)dp - 1) / (size_t)dp, ENGINE_ALIGN);
+    g->foff = e->nfull, g->soff = e->nshard;
+    e->nfull += (size_t)dp * g->shard, e->nshard += g->shard;
+  }
+  size_t np = e->zero <= 2 ? e->nfull : e->nshard, ng = e->zero <= 1 ? e->nfull : e->nshard;
+  size_t no = e->zero == 0 ? e->nfull : e->nshard;
+  if (e->zero <= 2) rc = alloc(e, &e->full_p, e->nfull, "parameters");
+  else rc = alloc(e, &e->shard_p, e->nshard, "parameter shard");
+  if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->nfull, "gradients") : alloc(e, &e->shard_g, e->nshard, "gradient shard");
+  arrays = e->state_arrays;
+  if (!rc && (arrays & 1)) rc = alloc(e, &e->m, no, "optimizer state m");
+  if (!rc && (arrays & 2)) rc = alloc(e, &e->v, no, "optimizer state v");
+  if (rc) return rc;
+  e->state_bytes[0] = np * sizeof(float);
+  e->state_bytes[1] = ng * sizeof(float);
+  e->state_bytes[2] = (((arrays & 1) ? no : 0) + ((arrays & 2) ? no : 0)) * sizeof(float);
+  if ((rc = init_params(e))) return rc;
+  for (int r = 0; r < e->nregions; r++) { /* stages 0-2 keep the parameters bound */
+    region_t *g = &e->regions[r];
+    par_gpt_bind(e->model, r, e->zero <= 2 ? F(&e->full_p) + g->foff : NULL,
+                 e->zero <= 1 ? F(&e->full_g) + g->foff : NULL);
+  }
+  if (e->zero == 0 && dp > 1 && (rc = make_buckets(e))) return rc;
+  par_gpt_set_hook(e->model, hook, e);
+  return state_pieces(e);
+}
+
+void state_destroy(par_engine_t *e) {
+  if (!e->regions) return;
+  state_release_all(e);
+  release(e, &e->full_p), release(e, &e->full_g), release(e, &e->shard_p), release(e, &e->shard_g);
+  release(e, &e->m), release(e, &e->v);
+  free(e->regions), free(e->bucket_lo), free(e->bucket_hi), free(e->bucket_req), free(e->pieces);
+  e->regions = NULL;
+}
