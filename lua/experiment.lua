@@ -73,6 +73,21 @@ function M.prepare_and_train(cfg)
                         product, size, product))
   end
   cfg.parallel.dp = dp
+  local t = cfg.train
+  if t.global_batch then
+    local per = dp * t.batch
+    if t.global_batch % per ~= 0 then
+      raise(cfg._locate("train.global_batch"), "train.global_batch", t.global_batch,
+            string.format("not a multiple of parallel.dp x train.batch = %d x %d = %d", dp, t.batch, per))
+    end
+    if cfg._given["train.accum"] and t.accum ~= t.global_batch // per then
+      raise(cfg._locate("train.accum"), "train.accum", t.accum,
+            string.format("train.global_batch = %d needs %d microbatches of %d on %d ranks",
+                          t.global_batch, t.global_batch // per, t.batch, dp))
+    end
+    t.accum = t.global_batch // per
+  end
+  t.global_batch = dp * t.batch * t.accum
   local d = cfg.data
   local data, err = M.data.open{
     source = d.source, path = d.path, val_path = d.val_path, val_fraction = d.val_fraction,

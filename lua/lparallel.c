@@ -382,8 +382,8 @@ static int ckpt_new(lua_State *L, int writing) {
   u->c = NULL;
   luaL_setmetatable(L, CKPT_MT);
   char err[1024] = "";
-  int rc = writing ? par_ckpt_create(path, world, &u->c, err, sizeof err)
-                   : par_ckpt_open(path, world, &u->c, err, sizeof err);
+  int rc = writing ? par_ckpt_create(path, world, 0, &u->c, err, sizeof err)
+                   : par_ckpt_open(path, world, 0, &u->c, err, sizeof err);
   if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
   return 1;
 }

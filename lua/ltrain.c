@@ -161,11 +161,11 @@ static void progress(void *ctx, const par_progress_t *p) {
     double flops = r->flops_per_token * p->tokens_per_s;
     if (r->peak > 0) snprintf(mfu, sizeof mfu, " (MFU %.0f%%)", 100 * flops / (r->peak * p->ranks));
     if (r->tty)
-      fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB | %s, ETA %s   ",
+      fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank | %s, ETA %s   ",
               p->step, p->steps, p->loss, vals, p->tokens_per_s / 1e3, flops / 1e9, mfu,
               (double)p->mem_peak / (1 << 20), els, etas);
     else
-      printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB | %s, ETA %s\n",
+      printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank | %s, ETA %s\n",
              p->step, p->steps, p->loss, vals, p->lr, p->tokens_per_s / 1e3, flops / 1e9, mfu,
              (double)p->mem_peak / (1 << 20), els, etas);
     fflush(stdout);
@@ -215,7 +215,8 @@ static int l_train(lua_State *L) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = (int)cfg_int(L, "parallel", "dp");
   lay.microbatch = (int)cfg_int(L, "train", "batch");
-  lay.global_batch = lay.dp * lay.microbatch;
+  lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
+  lay.zero_stage = (int)cfg_int(L, "parallel", "zero");
   par_optim_config_t oc = {
       .name = cfg_str(L, "optim", "name"), .lr = cfg_num(L, "optim", "lr"),
       .min_lr = cfg_num(L, "optim", "min_lr"), .schedule = cfg_str(L, "optim", "schedule"),
@@ -268,6 +269,7 @@ static int l_train(lua_State *L) {
   to.ckpt_on_error = !strcmp(cfg_str(L, "checkpoint", "on_error"), "continue") ? PAR_ON_ERROR_CONTINUE
                                                                                : PAR_ON_ERROR_STOP;
   eo.collective_timeout_s = 60 * cfg_num(L, "train", "collective_timeout");
+  eo.bucket_mb = cfg_num(L, "parallel", "bucket_mb");
   r->resume = to.resume;
   r->ckpt = to.ckpt_path;
 
@@ -289,9 +291,11 @@ static int l_train(lua_State *L) {
     make_parent(to.ckpt_path);
     if (plot[0]) make_parent(plot);
     size_t np = par_gpt_param_count(&mc);
-    printf("strata: %s: GPT %s (%.2fM parameters), %s, %d rank%s x %d thread%s; sgemm peak %.0f "
+    char zero[32] = "";
+    if (lay.zero_stage > 0) snprintf(zero, sizeof zero, ", ZeRO-%d", lay.zero_stage);
+    printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; sgemm peak %.0f "
            "GFLOP/s per rank (%s)\n",
-           name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, size,
+           name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, zero, size,
            size > 1 ? "s" : "", threads, threads > 1 ? "s" : "", r->peak / 1e9,
            measured ? "measured now, cached" : "cached");
     fflush(stdout);

@@ -204,6 +204,7 @@ static int run_recipe(void *arg) {
   set_threads();
   int rank = env_rank(), size = env_size();
   if (!plan) lstrata_catch_stop_signals(rank);
+  lstrata_catch_fatal_ends();
   lua_State *L = luaL_newstate();
   if (!L) {
     fprintf(stderr, "strata: cannot create a Lua state\n");

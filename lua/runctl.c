@@ -156,6 +156,23 @@ void lstrata_catch_stop_signals(int rank) {
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
 }
 
+/* ------------------------------------------------------------ fatal ends */
+
+/* libparallel's last word before it ends the process (par_fatal): one line
+ * with the step and the way back, as for every other failure of a run. */
+static void on_fatal(const char *msg, void *arg) {
+  (void)arg;
+  char hint[2400];
+  lstrata_checkpoint_hint(hint, sizeof hint);
+  if (status->steps > 0)
+    fprintf(stderr, "strata: %s; after step %ld; %s\n", msg, status->step, hint);
+  else
+    fprintf(stderr, "strata: %s\n", msg);
+  status->reported = 1;
+}
+
+void lstrata_catch_fatal_ends(void) { par_set_fatal_handler(on_fatal, NULL); }
+
 /* ------------------------------------------------------------ the guard */
 
 static volatile sig_atomic_t outside; /* a signal reached the guard: the run is being ended */

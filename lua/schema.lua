@@ -41,7 +41,10 @@ local sections = {
     tp = {t = INT, min = 1, max = 1, default = 1, doc = "tensor parallel (1 in this runner)"},
     pp = {t = INT, min = 1, max = 1, default = 1, doc = "pipeline stages (1 in this runner)"},
     sp = {t = INT, min = 1, max = 1, default = 1, doc = "sequence parallel (1 in this runner)"},
-    zero = {t = INT, min = 0, max = 0, default = 0, doc = "ZeRO stage (0 in this runner)"},
+    zero = {t = INT, min = 0, max = 3, default = 0,
+            doc = "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the parameters too"},
+    bucket_mb = {t = NUM, gt = 0, max = 1 << 20, default = 25,
+                 doc = "MiB per gradient reduction posted during backward (ZeRO 0-2)"},
   },
   optim = {
     name = {t = ENUM, values = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars"},
@@ -60,7 +63,11 @@ local sections = {
   },
   train = {
     steps = {t = INT, min = 1, max = 1 << 40, default = 100, doc = "optimizer steps"},
-    batch = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "sequences per rank per step"},
+    batch = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "sequences per rank per microbatch"},
+    accum = {t = INT, min = 1, max = 1 << 20, default = 1,
+             doc = "microbatches per step (gradient accumulation; reduced once, after the last)"},
+    global_batch = {t = INT, min = 1, max = 1 << 30,
+                    doc = "sequences per step over all ranks; sets train.accum (default batch x accum x dp)"},
     seq = {t = INT, min = 1, max = 1 << 20, doc = "tokens per training sample (default model.seq; at most that)"},
     eval_every = {t = INT, min = 0, default = 50, doc = "validation every N steps; 0: only at the end"},
     eval_batches = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "validation batches per evaluation"},
@@ -258,6 +265,10 @@ local function check_relations(c, loc)
     end
   elseif not d.path then
     raise(loc("data.source"), "data.path", nil, string.format('required for data.source = "%s"', d.source))
+  end
+  if c.parallel.zero >= 2 and c.parallel.pp > 1 then
+    raise(loc("parallel.zero"), "parallel.zero", c.parallel.zero,
+          string.format("ZeRO 2 and 3 shard what pipeline stages need whole; use 0 or 1 with parallel.pp = %d", c.parallel.pp))
   end
   if t.seq and t.seq > m.seq then
     raise(loc("train.seq"), "train.seq", t.seq, string.format("exceeds model.seq = %d, the model's positions", m.seq))

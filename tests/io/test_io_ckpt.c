@@ -9,6 +9,9 @@
  *   test_io_ckpt killsave DIR    saves step 1, then dies (SIGKILL) in the
  *                                middle of saving step 2
  *   test_io_ckpt verify DIR      DIR/ckpt.h5 is step 1, complete and exact
+ *   test_io_ckpt stuck DIR       rank 0 creates a checkpoint with a 1 s
+ *                                timeout, rank 1 never does: rank 0 must end
+ *                                itself (par_fatal, exit 1) within seconds
  * Exit status 0 on success; failures print the rank and the check. */
 #include <math.h>
 #include <signal.h>
@@ -80,7 +83,7 @@ static int save(const char *path, MPI_Comm comm, int64_t step) {
   MPI_Comm_size(comm, &n);
   par_ckpt_t *c = NULL;
   char err[1024] = "";
-  int rc = par_ckpt_create(path, comm, &c, err, sizeof err);
+  int rc = par_ckpt_create(path, comm, 0, &c, err, sizeof err);
   CHECK(rc == STRATA_OK, "create: %s", err);
   if (rc) return rc;
   for (int k = 0; k < NARR; k++) {
@@ -111,7 +114,7 @@ static int load(const char *path, MPI_Comm comm, int64_t want_step, int quiet) {
   MPI_Comm_size(comm, &n);
   par_ckpt_t *c = NULL;
   char err[1024] = "";
-  int rc = par_ckpt_open(path, comm, &c, err, sizeof err);
+  int rc = par_ckpt_open(path, comm, 0, &c, err, sizeof err);
   if (!quiet) CHECK(rc == STRATA_OK, "open: %s", err);
   if (rc) return rc;
   for (int k = 0; k < NARR; k++) {
@@ -157,7 +160,7 @@ static void check_uniform(int rc, MPI_Comm comm, const char *what) {
 static void errors(const char *path, MPI_Comm comm) {
   par_ckpt_t *c = NULL;
   char err[1024] = "";
-  CHECK(par_ckpt_open(path, comm, &c, err, sizeof err) == STRATA_OK, "%s", err);
+  CHECK(par_ckpt_open(path, comm, 0, &c, err, sizeof err) == STRATA_OK, "%s", err);
   if (!c) return;
   float x[703];
   int64_t wrong[2] = {19, 37};
@@ -185,7 +188,7 @@ static void errors(const char *path, MPI_Comm comm) {
         par_ckpt_error(c));
   par_ckpt_close(c);
   c = NULL;
-  rc = par_ckpt_open("/nonexistent/ckpt.h5", comm, &c, err, sizeof err);
+  rc = par_ckpt_open("/nonexistent/ckpt.h5", comm, 0, &c, err, sizeof err);
   CHECK(rc == STRATA_EIO && c == NULL && strstr(err, "/nonexistent/ckpt.h5"), "%d %s", rc, err);
 }
 
@@ -227,7 +230,7 @@ static void corruption(const char *dir, const char *path) {
   check_uniform(rc, MPI_COMM_WORLD, "bit-flipped");
   /* Error text of the flipped file names the array. */
   par_ckpt_t *c = NULL;
-  if (par_ckpt_open(flip, MPI_COMM_WORLD, &c, NULL, 0) == STRATA_OK) {
+  if (par_ckpt_open(flip, MPI_COMM_WORLD, 0, &c, NULL, 0) == STRATA_OK) {
     float *buf = malloc(300000 * sizeof *buf);
     int64_t off, cnt;
     part(300000, world_rank, world_size, 0, &off, &cnt);
@@ -239,7 +242,7 @@ static void corruption(const char *dir, const char *path) {
   }
   /* An abandoned save leaves the checkpoint and removes its .tmp. */
   c = NULL;
-  CHECK(par_ckpt_create(path, MPI_COMM_WORLD, &c, NULL, 0) == STRATA_OK, "create");
+  CHECK(par_ckpt_create(path, MPI_COMM_WORLD, 0, &c, NULL, 0) == STRATA_OK, "create");
   float z = 0;
   int64_t one = 1;
   par_ckpt_write(c, "partial", 1, &one, 0, world_rank == 0, &z);
@@ -273,7 +276,7 @@ int main(int argc, char **argv) {
   if (argc >= 3 && strcmp(argv[1], "killsave") == 0) {
     save(path, MPI_COMM_WORLD, 1);
     par_ckpt_t *c = NULL;
-    par_ckpt_create(path, MPI_COMM_WORLD, &c, NULL, 0);
+    par_ckpt_create(path, MPI_COMM_WORLD, 0, &c, NULL, 0);
     int64_t off, cnt;
     part(total(&arrays[3]), world_rank, world_size, 0, &off, &cnt);
     float *buf = calloc((size_t)cnt + 1, sizeof *buf);
@@ -281,6 +284,18 @@ int main(int argc, char **argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (world_rank == 0) raise(SIGKILL);
     MPI_Barrier(MPI_COMM_WORLD);
+    return 0;
+  }
+  if (argc >= 3 && strcmp(argv[1], "stuck") == 0) {
+    /* HDF5's collective file creation waits inside MPI for rank 1 forever:
+     * the watcher must end rank 0 after the timeout. */
+    if (world_rank == 1) {
+      sleep(30);
+      return 0;
+    }
+    par_ckpt_t *c = NULL;
+    int rc = par_ckpt_create(path, MPI_COMM_WORLD, 1.0, &c, NULL, 0);
+    fprintf(stderr, "stuck: par_ckpt_create returned %d without rank 1\n", rc);
     return 0;
   }
   if (argc >= 3 && strcmp(argv[1], "verify") == 0) {

@@ -30,8 +30,8 @@ STRATA_FAULT_KILL_AT_STEP=15 "$S" run -n 2 $R "${small[@]}" run_dir="$work/b" >"
 grep -q "resumed from '$work/b/checkpoint.h5' at step 10" "$work/b2.log" || fail "resume line: $(head -3 "$work/b2.log")"
 "$S" run tests/lua/check_run.lua a="$work/a" b="$work/b" rows=30 eval_every=10 >"$work/cmp.log" 2>&1 \
   || fail "resumed run differs: $(cat "$work/cmp.log")"
-h5dump -d /params/wte "$work/a/checkpoint.h5" | sed 1d >"$work/wa" 2>/dev/null
-h5dump -d /params/wte "$work/b/checkpoint.h5" | sed 1d >"$work/wb" 2>/dev/null
+h5dump -d /model/embed/tokens/weight "$work/a/checkpoint.h5" | sed 1d >"$work/wa" 2>/dev/null
+h5dump -d /model/embed/tokens/weight "$work/b/checkpoint.h5" | sed 1d >"$work/wb" 2>/dev/null
 cmp -s "$work/wa" "$work/wb" && [ -s "$work/wa" ] || fail "final parameters differ after resume"
 
 # 2b. The same on 1 rank with 2 threads (OpenMP/OpenBLAS reductions must be
@@ -56,9 +56,9 @@ size=$(stat -c %s "$work/a30.h5")
 head -c $((size / 2)) "$work/a30.h5" >"$work/trunc.h5"
 cp "$work/a30.h5" "$work/flip.h5"
 # flip bits inside the token embedding's chunk, found by its first 64 bytes
-h5dump -d /params/wte -b LE -o "$work/wte.bin" "$work/a30.h5" >/dev/null 2>&1
+h5dump -d /model/embed/tokens/weight -b LE -o "$work/wte.bin" "$work/a30.h5" >/dev/null 2>&1
 off=$("$S" run tests/lua/find_bytes.lua hay="$work/a30.h5" needle="$work/wte.bin" 2>/dev/null || echo -1)
-[ "${off:--1}" -ge 0 ] || { fail "cannot locate params/wte in the file"; off=$((size / 2)); }
+[ "${off:--1}" -ge 0 ] || { fail "cannot locate model/embed/tokens/weight in the file"; off=$((size / 2)); }
 printf '\x55' | dd of="$work/flip.h5" bs=1 seek=$((off + 100)) conv=notrunc status=none
 expect_refusal() { # name, message, overrides...
   local name=$1 msg=$2; shift 2
@@ -68,7 +68,7 @@ expect_refusal() { # name, message, overrides...
     || fail "$name: exit $rc, stderr: $(cat "$work/err")"
 }
 expect_refusal truncated "cannot resume: checkpoint '$work/trunc.h5': not a complete HDF5 file" train.resume="$work/trunc.h5"
-expect_refusal bit-flip "array 'params/wte' failed its checksum" train.resume="$work/flip.h5"
+expect_refusal bit-flip "array 'model/embed/tokens/weight' failed its checksum" train.resume="$work/flip.h5"
 expect_refusal other-model "model is 'layers=1 hidden=32 heads=2 seq=32 vocab=256', expected 'layers=1 hidden=64 heads=2 seq=32 vocab=256'" \
   train.resume="$work/a30.h5" model.hidden=64
 expect_refusal missing "train.resume: no checkpoint at '$work/none.h5'" train.resume="$work/none.h5"
@@ -81,7 +81,7 @@ val=$(sed -n 's/.*validation loss \([0-9.]*\) nats.*/\1/p' "$work/q.log")
 grep -q "entropy rate of the source 1.7147 nats/token" "$work/q.log" || fail "entropy rate line: $(tail -4 "$work/q.log")"
 awk -v v="$val" 'BEGIN { exit !(v != "" && v < 2.6) }' || fail "quickstart did not learn: val loss '$val'"
 [ -s "$work/q/loss.png" ] || fail "no loss.png"
-grep -qE "^step 150/150 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e-]+ \| [0-9.]+k tok/s \| [0-9.]+ GFLOP/s \(MFU [0-9]+%\) \| mem [0-9.]+ MiB \| [0-9]+s, ETA 0s$" "$work/q.log" \
+grep -qE "^step 150/150 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e-]+ \| [0-9.]+k tok/s \| [0-9.]+ GFLOP/s \(MFU [0-9]+%\) \| mem [0-9.]+ MiB/rank \| [0-9]+s, ETA 0s$" "$work/q.log" \
   || fail "progress line: $(grep '^step 150' "$work/q.log")"
 grep -qE "sgemm peak [0-9]+ GFLOP/s per rank \((measured now, cached|cached)\)" "$work/q.log" || fail "no sgemm peak: $(head -1 "$work/q.log")"
 # 6. The hand-written loop (recipes/manual_loop.lua) computes what strata.experiment

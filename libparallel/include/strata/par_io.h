@@ -180,13 +180,19 @@ typedef struct par_ckpt par_ckpt_t;
  * (parallel HDF5 needs the communicator; MPI must be initialised). Every
  * rank of comm calls every par_ckpt_* function below in the same order.
  * Caller ends with par_ckpt_commit (rename into place) or par_ckpt_close
- * (abandon: the .tmp file is removed, `path` is untouched). */
-STRATA_API int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err,
-                               size_t errlen);
-/* Opens an existing checkpoint for reading, collectively. Truncated or not
- * HDF5: ECORRUPT with a message naming the path. */
-STRATA_API int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err,
-                             size_t errlen);
+ * (abandon: the .tmp file is removed, `path` is untouched).
+ * timeout_s > 0 (with more than one rank) bounds every wait on the other
+ * ranks: a status exchange they do not reach in time fails with ETIMEOUT
+ * (the job must then be ended), and a collective step inside HDF5, which
+ * cannot be left, ends the process through par_fatal (parallel.h) with a
+ * message naming the checkpoint and the step. 0 waits forever. */
+STRATA_API int par_ckpt_create(const char *path, MPI_Comm comm, double timeout_s,
+                               par_ckpt_t **out, char *err, size_t errlen);
+/* Opens an existing checkpoint for reading, collectively (timeout_s as
+ * for par_ckpt_create). Truncated or not HDF5: ECORRUPT with a message
+ * naming the path. */
+STRATA_API int par_ckpt_open(const char *path, MPI_Comm comm, double timeout_s,
+                             par_ckpt_t **out, char *err, size_t errlen);
 /* Reserves `bytes` for the checkpoint being written before anything is
  * written into it (rank 0's value counts): a file system or quota without
  * room fails here with EIO and a message naming the bytes needed, the
@@ -194,10 +200,6 @@ STRATA_API int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, 
  * Without it a full disk hangs the job: a write that fails inside one of
  * parallel HDF5's collective steps leaves the other ranks in that step. */
 STRATA_API int par_ckpt_reserve(par_ckpt_t *c, uint64_t bytes);
-/* Status exchanges of c that the other ranks do not reach within `seconds`
- * fail with ETIMEOUT (the job must then be ended: a rank is stuck); 0, the
- * default, waits forever. */
-STRATA_API void par_ckpt_set_timeout(par_ckpt_t *c, double seconds);
 /* Writes array `name` of global shape shape[0..ndim) (row-major); this rank
  * supplies elements [offset, offset+count) of the flattened array from data
  * (borrowed). The ranges of all ranks must cover the array; a rank may have

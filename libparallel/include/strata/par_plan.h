@@ -108,6 +108,10 @@ typedef struct {
   double gpu_optim_bytes;   /* HBM bytes a fused GPU Adam streams per parameter */
   double dp_bucket_bytes;   /* gradient bucket buffers on the device (reduce / copy) */
   double zero3_prefetch_layers; /* layers of gathered parameters live under ZeRO-3 */
+  double shard_align;       /* without tensor or pipeline splits, each region of the model
+                               (embeddings, a block, the final layernorm) is held in dp
+                               shards of a multiple of this many elements, padded as
+                               strata's engine does (16); 0: unpadded, one replica */
   double device_reserved_bytes; /* CUDA context, GEMM workspace, allocator fragmentation */
   double cpu_reserved_bytes;    /* per node, OS + framework + data loader */
   double token_budget;      /* tokens for the "days to train" column */
@@ -119,7 +123,8 @@ typedef struct {
    .act_score_elems = 2.0, .bwd_scratch_token_elems = 14.0, .mask_bytes = 1.0,                    \
    .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5,            \
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
-   .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .device_reserved_bytes = 1.5e9,     \
+   .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .shard_align = 16.0,                \
+   .device_reserved_bytes = 1.5e9,                                                                \
    .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
 
 /* Parameters by name (the field names above), as for the cluster. */

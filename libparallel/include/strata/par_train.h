@@ -96,7 +96,8 @@ typedef struct {
   const char *init;
   int seq; /* tokens per sample, <= the model's positions; 0: the model's seq */
   /* ZeRO-0: gradients are allreduced in buckets of at least this many MiB,
-   * posted as soon as backward has finished them (PyTorch DDP's default 25). */
+   * posted as soon as backward has finished them (PyTorch DDP's default 25;
+   * the first bucket, the last layers, closes at 1 MiB as DDP's does). */
   double bucket_mb;
   /* Testing: seconds to wait before posting each gradient reduction, to
    * show that backward goes on while reductions are in flight; 0. */
@@ -135,6 +136,10 @@ typedef struct {
    * first gradient reduction was posted and when it was first seen
    * complete (0: none), to show that reductions overlap the backward. */
   double backward_end_s, first_post_s, first_done_s;
+  /* When backward first reached one of its next events (a layer's
+   * parameters needed, its gradients complete) with that first reduction
+   * still in flight (0: never): it went on computing meanwhile. */
+  double inflight_s;
 } par_step_t;
 
 /* One optimizer step: this rank's next batch from data (par_data_next, its
@@ -201,6 +206,8 @@ typedef struct {
                             (ZeRO's model states, arXiv 1910.02054 sec. 5, for
                             params_padded parameters) */
   int buckets;           /* ZeRO-0 gradient buckets */
+  size_t buffer_peak;    /* the most bytes of buffers a pass took and gave back
+                            (ZeRO-2's gradient buckets, ZeRO-3's gathered regions) */
 } par_engine_info_t;
 STRATA_API int par_engine_info(const par_engine_t *e, par_engine_info_t *out);
 

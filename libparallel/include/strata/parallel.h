@@ -53,6 +53,17 @@ typedef struct {
 /* A short description of a status code; never NULL. */
 STRATA_API const char *par_strerror(int code);
 
+/* The end of a process that cannot go on: a collective step of parallel
+ * HDF5 that another rank never reaches cannot be left, so libparallel's
+ * watcher (checkpoints with a timeout) calls par_fatal. It calls the
+ * handler set with par_set_fatal_handler (a runner adds what it knows, the
+ * step, the last checkpoint, and prints it), or prints "strata: <msg>" on
+ * stderr without one; then the process exits with status 1 (_exit: other
+ * threads may hold locks). */
+typedef void (*par_fatal_fn)(const char *msg, void *arg);
+STRATA_API void par_set_fatal_handler(par_fatal_fn fn, void *arg);
+STRATA_API void par_fatal(const char *msg) __attribute__((noreturn));
+
 #ifdef __cplusplus
 }
 #endif

@@ -183,6 +183,7 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   out->shard_elems = e->nshard;
   out->buckets = e->nbuckets;
   for (int i = 0; i < 3; i++) out->state_bytes[i] = e->state_bytes[i];
+  out->buffer_peak = e->buf_peak;
   return STRATA_OK;
 }
 
@@ -345,7 +346,7 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   double t0 = engine_now(), l = NAN;
   optim_current_lr(e->opt, 0, &lr);
   e->hook_rc = STRATA_OK;
-  e->t_first_post = e->t_first_done = e->t_backward_end = 0;
+  e->t_first_post = e->t_first_done = e->t_backward_end = e->t_inflight = 0;
   int local = local_step(e, data, &l);
   if (e->hook_rc || (local != STRATA_OK && !e->err_all && local == STRATA_ETIMEOUT)) {
     state_release_all(e);
@@ -353,6 +354,7 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   }
   out->backward_end_s = e->t_backward_end > 0 ? e->t_backward_end - t0 : 0;
   out->first_post_s = e->t_first_post > 0 ? e->t_first_post - t0 : 0;
+  out->inflight_s = e->t_inflight > 0 ? e->t_inflight - t0 : 0;
   out->first_done_s = e->t_first_done > 0 ? e->t_first_done - t0 : 0;
   if (e->pending_rc != STRATA_OK && local == STRATA_OK) { /* from the loop: metrics, ... */
     local = e->pending_rc;

@@ -82,12 +82,11 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
     free(piece_of);
     return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path, comm_last_error(e->comm));
   }
-  rc = par_ckpt_create(path, comm_mpi(e->comm), &c, err, sizeof err);
+  rc = par_ckpt_create(path, comm_mpi(e->comm), e->opts.collective_timeout_s, &c, err, sizeof err);
   if (rc != STRATA_OK) {
     free(piece_of);
     return engine_fail(e, 1, rc, "%s", err);
   }
-  par_ckpt_set_timeout(c, e->opts.collective_timeout_s);
   CK(par_ckpt_reserve(c, file_bytes(e, attrs, nattrs)));
   for (int i = 0; i < par_gpt_num_views(e->model); i++) {
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
@@ -153,7 +152,7 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   if (!e || !path || !data || !step) return STRATA_EINVAL;
   int *piece_of = piece_index(e);
   if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
-  int rc = par_ckpt_open(path, comm_mpi(e->comm), &c, err, sizeof err);
+  int rc = par_ckpt_open(path, comm_mpi(e->comm), e->opts.collective_timeout_s, &c, err, sizeof err);
   if (rc != STRATA_OK) {
     free(piece_of);
     return engine_fail(e, 1, rc, "%s", err);

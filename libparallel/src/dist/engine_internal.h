@@ -58,6 +58,7 @@ struct par_engine {
   tensor_t m, v;             /* optimizer state: full (ZeRO-0) or this rank's shard */
   int state_arrays;          /* par_optim_state_arrays: bit 0 m, bit 1 v */
   size_t state_bytes[3];     /* persistent bytes: parameters, gradients, optimizer state */
+  size_t buf_bytes, buf_peak; /* the pass's transient buffers (take/give_back in state.c) */
   /* buckets (ZeRO-0): regions [lo, hi], posted when region lo's gradients are done */
   int nbuckets;
   int *bucket_lo, *bucket_hi;
@@ -84,7 +85,7 @@ struct par_engine {
   int hook_rc;        /* the first failure inside a hook */
   /* when the step's last backward finished, its first reduction was posted
    * and first seen complete (par_step_t reports them) */
-  double t_backward_end, t_first_post, t_first_done;
+  double t_backward_end, t_first_post, t_first_done, t_inflight;
   char err[1536];
   int err_all; /* the last error was returned by every rank */
 };

@@ -55,6 +55,21 @@ static void release(par_engine_t *e, tensor_t *t) {
 
 static float *F(const tensor_t *t) { return t->data; }
 
+/* The buffers a pass takes and gives back (ZeRO-2's gradient buckets,
+ * ZeRO-3's gathered regions), counted apart from the model states. */
+static int take(par_engine_t *e, tensor_t *t, size_t n, const char *what) {
+  int rc = alloc(e, t, n, what);
+  if (rc) return rc;
+  e->buf_bytes += n * sizeof(float);
+  if (e->buf_bytes > e->buf_peak) e->buf_peak = e->buf_bytes;
+  return STRATA_OK;
+}
+
+static void give_back(par_engine_t *e, tensor_t *t) {
+  if (t->data) e->buf_bytes -= (size_t)tensor_numel(t) * sizeof(float);
+  release(e, t);
+}
+
 static int comm_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s", comm_last_error(e->comm)); }
 
 /* ------------------------------------------------------------ progress */
@@ -78,7 +93,7 @@ static int reduced(par_engine_t *e, region_t *g, int r) {
       if (rc) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
       g->reduce_into_scratch = 0;
     }
-    release(e, &g->grads);
+    give_back(e, &g->grads);
     par_gpt_bind(e->model, r, e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, NULL);
   }
   return STRATA_OK;
@@ -114,7 +129,7 @@ static int progress(par_engine_t *e) {
 static int post_gather(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
   if (r < 0 || g->gathered.data || g->gather) return STRATA_OK;
-  int rc = alloc(e, &g->gathered, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
+  int rc = take(e, &g->gathered, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
   if (rc) return rc;
   if ((rc = comm_iallgather(e->comm, F(&g->gathered), F(&e->shard_p) + g->soff, g->shard, COMM_F32, &g->gather)))
     return comm_fail(e, rc);
@@ -148,7 +163,7 @@ static int on_need(par_engine_t *e, int r, int backward) {
       if ((rc = comm_wait(&g->reduce)) != STRATA_OK) return comm_fail(e, rc);
       if ((rc = reduced(e, g, r))) return rc;
     }
-    if (!g->grads.data && (rc = alloc(e, &g->grads, (size_t)e->size * g->shard, "gradient bucket"))) return rc;
+    if (!g->grads.data && (rc = take(e, &g->grads, (size_t)e->size * g->shard, "gradient bucket"))) return rc;
     grads = F(&g->grads);
   }
   return par_gpt_bind(e->model, r, params, grads);
@@ -157,7 +172,7 @@ static int on_need(par_engine_t *e, int r, int backward) {
 static int on_done(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
   if (e->zero == 3 && !g->gather) { /* the parameters leave until the next NEED */
-    release(e, &g->gathered);
+    give_back(e, &g->gathered);
     par_gpt_bind(e->model, r, NULL, F(&g->grads));
   }
   return STRATA_OK;
@@ -166,6 +181,8 @@ static int on_done(par_engine_t *e, int r) {
 int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward) {
   e->events++;
   int rc = progress(e);
+  /* backward went on to this event with its first reduction in flight */
+  if (backward && e->t_first_post > 0 && e->t_first_done == 0 && e->t_inflight == 0) e->t_inflight = engine_now();
   if (!rc) {
     if (ev == PAR_GPT_NEED) rc = on_need(e, r, backward);
     else if (ev == PAR_GPT_DONE) rc = on_done(e, r);
@@ -294,8 +311,8 @@ void state_release_all(par_engine_t *e) {
     region_t *g = &e->regions[r];
     comm_wait(&g->gather), comm_wait(&g->reduce);
     g->reduce_into_scratch = 0;
-    if (e->zero >= 2) release(e, &g->grads);
-    if (e->zero == 3) release(e, &g->gathered);
+    if (e->zero >= 2) give_back(e, &g->grads);
+    if (e->zero == 3) give_back(e, &g->gathered);
   }
 }
 
@@ -412,7 +429,11 @@ static int make_buckets(par_engine_t *e) {
     e->regions[r].bucket = b;
     bytes += (size_t)e->size * e->regions[r].shard * sizeof(float);
     e->bucket_lo[b] = r;
-    if (bytes >= e->bucket_bytes && r > 0) {
+    /* The first bucket (the last layers, whose gradients are ready first)
+     * closes at 1 MiB already, as PyTorch DDP's: its reduction starts while
+     * most of backward is still to run. */
+    size_t cap = b == 0 && e->bucket_bytes > (1u << 20) ? (1u << 20) : e->bucket_bytes;
+    if (bytes >= cap && r > 0) {
       b++;
       e->bucket_hi[b] = r - 1;
       bytes = 0;

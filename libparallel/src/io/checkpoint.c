@@ -17,9 +17,10 @@
  * leaves the other ranks waiting in that step forever (HDF5 cannot recover
  * from it). So a writer first reserves the bytes the checkpoint will take
  * (par_ckpt_reserve: fallocate on rank 0, which also counts quotas), and a
- * full disk is refused before HDF5 writes anything; with a timeout
- * (par_ckpt_set_timeout) a status exchange that peers never reach fails
- * instead of waiting forever. */
+ * full disk is refused before HDF5 writes anything. With a timeout, a
+ * status exchange that peers never reach fails instead of waiting forever,
+ * and a collective step of HDF5 itself (which cannot be left) that has not
+ * returned in time ends the process through par_fatal (io_deadline). */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -44,6 +45,7 @@ struct par_ckpt {
   hid_t file;
   int writing;
   double timeout_s; /* status exchanges: 0 waits forever */
+  io_deadline_t *dl; /* the watcher of HDF5's collective steps (NULL: none) */
   int stuck;        /* a status exchange timed out: the ranks no longer agree */
   char *path, *tmp;
   char err[1024];
@@ -51,6 +53,7 @@ struct par_ckpt {
 
 static void ckpt_free(par_ckpt_t *c) {
   if (!c) return;
+  io_deadline_stop(c->dl);
   free(c->path);
   free(c->tmp);
   free(c);
@@ -63,6 +66,7 @@ static int sync_status(par_ckpt_t *c, int rc) {
     int rc, rank;
   } in = {rc, c->rank}, out;
   if (c->size == 1) return rc;
+  io_deadline_pause(c->dl); /* this wait has a timeout of its own */
   MPI_Request rq;
   if (MPI_Iallreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, c->comm, &rq) != MPI_SUCCESS) {
     snprintf(c->err, sizeof c->err, "checkpoint '%s': MPI_Iallreduce failed", c->path);
@@ -93,15 +97,12 @@ static int sync_status(par_ckpt_t *c, int rc) {
       nanosleep(&ts, NULL);
     }
   }
+  io_deadline_feed(c->dl, NULL);
   if (out.rc != STRATA_OK) MPI_Bcast(c->err, sizeof c->err, MPI_CHAR, out.rank, c->comm);
   return out.rc;
 }
 
 const char *par_ckpt_error(const par_ckpt_t *c) { return c ? c->err : "no checkpoint handle"; }
-
-void par_ckpt_set_timeout(par_ckpt_t *c, double seconds) {
-  if (c) c->timeout_s = seconds > 0 ? seconds : 0;
-}
 
 int par_ckpt_reserve(par_ckpt_t *c, uint64_t bytes) {
   if (!c) return STRATA_EINVAL;
@@ -125,8 +126,8 @@ static void release_blocks(par_ckpt_t *c, int all) {
   if (c->rank == 0) io_release(c->tmp, all);
 }
 
-static int ckpt_new(const char *path, MPI_Comm comm, int writing, par_ckpt_t **out, char *err,
-                    size_t errlen) {
+static int ckpt_new(const char *path, MPI_Comm comm, int writing, double timeout_s,
+                    par_ckpt_t **out, char *err, size_t errlen) {
   par_ckpt_t *c = calloc(1, sizeof *c);
   size_t n = path ? strlen(path) : 0;
   if (!c || !path || !(c->path = strdup(path)) || !(c->tmp = malloc(n + 5))) {
@@ -138,6 +139,9 @@ static int ckpt_new(const char *path, MPI_Comm comm, int writing, par_ckpt_t **o
   c->comm = comm, c->file = -1, c->writing = writing;
   MPI_Comm_rank(comm, &c->rank);
   MPI_Comm_size(comm, &c->size);
+  c->timeout_s = timeout_s > 0 ? timeout_s : 0;
+  if (c->size > 1) c->dl = io_deadline_start(c->timeout_s);
+  io_deadline_feed(c->dl, "checkpoint '%s': %s", path, writing ? "creating its .tmp file" : "opening");
   *out = c;
   return STRATA_OK;
 }
@@ -169,14 +173,15 @@ static int ckpt_settle(par_ckpt_t *c, int rc, par_ckpt_t **out, char *err, size_
   return STRATA_OK;
 }
 
-int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, size_t errlen) {
+int par_ckpt_create(const char *path, MPI_Comm comm, double timeout_s, par_ckpt_t **out, char *err,
+                    size_t errlen) {
   par_ckpt_t *c = NULL;
   char h5[256];
   hid_t fapl = -1, fcpl = -1;
   if (!out) return STRATA_EINVAL;
   *out = NULL;
   h5_quiet();
-  int rc = ckpt_new(path, comm, 1, &c, err, errlen);
+  int rc = ckpt_new(path, comm, 1, timeout_s, &c, err, errlen);
   if (rc != STRATA_OK) return rc;
   fapl = mpio_fapl(comm);
   fcpl = H5Pcreate(H5P_FILE_CREATE);
@@ -193,14 +198,15 @@ int par_ckpt_create(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err
   return ckpt_settle(c, rc, out, err, errlen);
 }
 
-int par_ckpt_open(const char *path, MPI_Comm comm, par_ckpt_t **out, char *err, size_t errlen) {
+int par_ckpt_open(const char *path, MPI_Comm comm, double timeout_s, par_ckpt_t **out, char *err,
+                  size_t errlen) {
   par_ckpt_t *c = NULL;
   char h5[256];
   struct stat sb;
   if (!out) return STRATA_EINVAL;
   *out = NULL;
   h5_quiet();
-  int rc = ckpt_new(path, comm, 0, &c, err, errlen);
+  int rc = ckpt_new(path, comm, 0, timeout_s, &c, err, errlen);
   if (rc != STRATA_OK) return rc;
   hid_t fapl = mpio_fapl(comm);
   if (stat(path, &sb) != 0) {
@@ -301,6 +307,7 @@ int par_ckpt_write(par_ckpt_t *c, const char *name, int ndim, const int64_t *sha
   hid_t space = -1, mem = -1, dcpl = -1, lcpl = -1, ds = -1, xfer = -1;
   hsize_t dims[PAR_CKPT_MAX_DIMS], chunk[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
   if (!c) return STRATA_EINVAL;
+  io_deadline_feed(c->dl, "checkpoint '%s': writing '%s'", c->path, name ? name : "?");
   h5_quiet();
   int rc = c->writing ? check_args(c, "write", name, ndim, shape, offset, count, data)
                       : STRATA_ESTATE;
@@ -472,6 +479,7 @@ static int bcast_str(par_ckpt_t *c, const char *value, char **out) {
 int par_ckpt_set_str(par_ckpt_t *c, const char *name, const char *value) {
   char h5[256], *v = NULL;
   if (!c) return STRATA_EINVAL;
+  io_deadline_feed(c->dl, "checkpoint '%s': writing attribute '%s'", c->path, name ? name : "?");
   h5_quiet();
   int rc = (!name || !*name || !value) ? STRATA_EINVAL : c->writing ? STRATA_OK : STRATA_ESTATE;
   if (rc != STRATA_OK)
@@ -496,6 +504,7 @@ int par_ckpt_set_i64(par_ckpt_t *c, const char *name, const int64_t *values, int
   hid_t space = -1, attr = -1;
   int64_t *v = NULL;
   if (!c) return STRATA_EINVAL;
+  io_deadline_feed(c->dl, "checkpoint '%s': writing attribute '%s'", c->path, name ? name : "?");
   h5_quiet();
   int rc = (!name || !*name || n < 1 || !values) ? STRATA_EINVAL
            : c->writing                           ? STRATA_OK
@@ -601,6 +610,7 @@ static int sync_path(const char *path, int dir) {
 int par_ckpt_commit(par_ckpt_t *c) {
   char h5[256];
   if (!c) return STRATA_EINVAL;
+  io_deadline_feed(c->dl, "checkpoint '%s': closing its .tmp file", c->path);
   h5_quiet();
   int rc = STRATA_OK;
   if (!c->writing) {
@@ -637,6 +647,7 @@ int par_ckpt_commit(par_ckpt_t *c) {
 
 void par_ckpt_close(par_ckpt_t *c) {
   if (!c) return;
+  io_deadline_feed(c->dl, "checkpoint '%s': closing", c->path);
   if (c->stuck) {
     /* Closing is collective and the other ranks are elsewhere: leave the
      * file to the end of the job, which must now be ended, and its name

@@ -19,4 +19,21 @@ int io_room(const char *path, uint64_t bytes, char *why, size_t n);
  * file is being abandoned). Best effort. */
 void io_release(const char *path, int all);
 
+/* A deadline on calls that cannot be interrupted: parallel HDF5's
+ * collective steps wait inside MPI for every rank, with no timeout, so a
+ * rank stopped between two of them leaves the others there forever. A
+ * watcher thread ends the process instead (par_fatal: one message, exit
+ * status 1) when the watched code has not called io_deadline_feed or
+ * io_deadline_stop within `seconds`. */
+typedef struct io_deadline io_deadline_t;
+/* NULL (nothing watched) when seconds <= 0 or the thread cannot start. */
+io_deadline_t *io_deadline_start(double seconds);
+/* Restarts the clock; the text ("checkpoint '/runs/a/checkpoint.h5':
+ * creating its .tmp file") names the step in the message if the clock runs
+ * out (fmt NULL: the same step goes on). */
+void io_deadline_feed(io_deadline_t *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Pauses the clock (a wait with a timeout of its own). */
+void io_deadline_pause(io_deadline_t *d);
+void io_deadline_stop(io_deadline_t *d);
+
 #endif

@@ -371,7 +371,7 @@ static int parse_desc(const char *s, par_gpt_config_t *c) {
 static int strata_probe(const char *path, par_gpt_config_t *cfg, char *err, size_t n) {
   par_ckpt_t *c = NULL;
   char *desc = NULL;
-  int rc = par_ckpt_open(path, MPI_COMM_SELF, &c, err, n);
+  int rc = par_ckpt_open(path, MPI_COMM_SELF, 0, &c, err, n);
   if (rc) return rc;
   if ((rc = par_ckpt_get_str(c, "model", &desc)) != STRATA_OK) fail(err, n, rc, "%s", par_ckpt_error(c));
   else if (parse_desc(desc, cfg))
@@ -384,7 +384,7 @@ static int strata_probe(const char *path, par_gpt_config_t *cfg, char *err, size
 static int strata_read(const char *path, par_gpt_t *model, char *err, size_t n) {
   par_ckpt_t *c = NULL;
   char name[300];
-  int rc = par_ckpt_open(path, MPI_COMM_SELF, &c, err, n);
+  int rc = par_ckpt_open(path, MPI_COMM_SELF, 0, &c, err, n);
   if (rc) return rc;
   int64_t ver = 1; /* format 1 had no version attribute */
   par_ckpt_get_i64(c, "format_version", &ver, 1);
@@ -639,7 +639,7 @@ static int strata_write(const char *path, par_gpt_t *model, char *err, size_t n)
   par_ckpt_t *c = NULL;
   char name[300], desc[256];
   const par_gpt_config_t *mc = par_gpt_config(model);
-  int rc = par_ckpt_create(path, MPI_COMM_SELF, &c, err, n);
+  int rc = par_ckpt_create(path, MPI_COMM_SELF, 0, &c, err, n);
   if (rc) return rc;
   const float *params = par_gpt_params(model, NULL);
   uint64_t bytes = 0;

@@ -119,6 +119,12 @@ static double tp_linear_msgs(par_tp_mode_t mode, int tp, int depth) {
 
 /* ------------------------------------------------------------------ memory */
 
+/* n elements in nd shards of a multiple of `align` elements each, all
+ * ranks' together (align 0: n). */
+static double plan_sharded(double n, double nd, double align) {
+  return align > 0 ? nd * align * ceil(ceil(n / nd) / align) : n;
+}
+
 typedef struct {
   double params;      /* parameters held by this stage's tensor shard */
   double mem[PAR_MEM_COUNT];
@@ -153,7 +159,16 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   double pshard = l->zero_stage >= 3 ? nd : 1.0;
   double gshard = l->zero_stage >= 2 ? nd : 1.0;
   double oshard = l->zero_stage >= 1 ? nd : 1.0;
-  double pbytes = params * wb / pshard, gbytes = params * wb / gshard, obytes = params * k / oshard;
+  /* Without tensor and pipeline splits, the elements the engine holds: it
+   * shards each region of the model (the embeddings, each block, the final
+   * layernorm) in nd equal shards of a multiple of shard_align elements,
+   * padding the region's end (libparallel/src/dist/state.c). */
+  double held = params;
+  if (l->tp == 1 && l->pp == 1) {
+    double r0 = v * h + s * h, blk = 12.0 * h * h + 13.0 * h, rl = 2.0 * h, al = p->shard_align;
+    held = plan_sharded(r0, nd, al) + m->layers * plan_sharded(blk, nd, al) + plan_sharded(rl, nd, al);
+  }
+  double pbytes = held * wb / pshard, gbytes = held * wb / gshard, obytes = held * k / oshard;
   double off[3] = {0, 0, 0}; /* host, nvme bytes */
   if (l->offload_params == PAR_TIER_DEVICE) out->mem[PAR_MEM_PARAMS] = pbytes;
   else off[l->offload_params] += pbytes;
@@ -165,7 +180,7 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
     off[l->offload_optimizer] += obytes;
     /* The host update reads a gradient copy (ZeRO-Offload keeps fp16
      * gradients on the CPU) unless the gradients live there already. */
-    if (l->offload_gradients == PAR_TIER_DEVICE) off[PAR_TIER_CPU] += params * wb / oshard;
+    if (l->offload_gradients == PAR_TIER_DEVICE) off[PAR_TIER_CPU] += held * wb / oshard;
   }
   out->host = off[PAR_TIER_CPU];
   out->nvme = off[PAR_TIER_NVME];

@@ -1,0 +1,117 @@
+/* The watcher behind io_deadline_*: one thread per watched section, asleep
+ * on a condition variable until fed, stopped or out of time. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <strata/parallel.h>
+
+#include "io_internal.h"
+
+struct io_deadline {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  double seconds;
+  struct timespec due; /* tv_sec = 0: paused */
+  int quit;
+  char what[512];
+};
+
+static struct timespec after(double s) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  long ns = t.tv_nsec + (long)((s - (double)(long)s) * 1e9);
+  t.tv_sec += (time_t)s + ns / 1000000000L;
+  t.tv_nsec = ns % 1000000000L;
+  return t;
+}
+
+static int passed(const struct timespec *due) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec > due->tv_sec || (now.tv_sec == due->tv_sec && now.tv_nsec >= due->tv_nsec);
+}
+
+static void *watch(void *arg) {
+  io_deadline_t *d = arg;
+  pthread_mutex_lock(&d->mu);
+  while (!d->quit) {
+    if (d->due.tv_sec == 0) {
+      pthread_cond_wait(&d->cv, &d->mu);
+      continue;
+    }
+    struct timespec due = d->due;
+    pthread_cond_timedwait(&d->cv, &d->mu, &due);
+    if (!d->quit && d->due.tv_sec != 0 && passed(&d->due)) {
+      char msg[800];
+      snprintf(msg, sizeof msg,
+               "%s did not finish within %g s: another rank never reached this collective step "
+               "of parallel HDF5 (it is stopped, stuck or gone), which cannot be interrupted, so "
+               "this rank ends here",
+               d->what, d->seconds);
+      pthread_mutex_unlock(&d->mu);
+      par_fatal(msg); /* does not return */
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  return NULL;
+}
+
+io_deadline_t *io_deadline_start(double seconds) {
+  if (!(seconds > 0)) return NULL;
+  io_deadline_t *d = calloc(1, sizeof *d);
+  if (!d) return NULL;
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  d->seconds = seconds;
+  snprintf(d->what, sizeof d->what, "a checkpoint step");
+  if (pthread_create(&d->thread, NULL, watch, d) != 0) {
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+    return NULL;
+  }
+  return d;
+}
+
+void io_deadline_feed(io_deadline_t *d, const char *fmt, ...) {
+  if (!d) return;
+  pthread_mutex_lock(&d->mu);
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->what, sizeof d->what, fmt, ap);
+    va_end(ap);
+  }
+  d->due = after(d->seconds);
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+void io_deadline_pause(io_deadline_t *d) {
+  if (!d) return;
+  pthread_mutex_lock(&d->mu);
+  d->due.tv_sec = 0;
+  pthread_mutex_unlock(&d->mu);
+}
+
+void io_deadline_stop(io_deadline_t *d) {
+  if (!d) return;
+  pthread_mutex_lock(&d->mu);
+  d->quit = 1;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  pthread_join(d->thread, NULL);
+  pthread_cond_destroy(&d->cv);
+  pthread_mutex_destroy(&d->mu);
+  free(d);
+}
