@@ -100,7 +100,8 @@ int main(int argc, char **argv) {
   size_t peak[4] = {0, 0, 0, 0};
   par_engine_t *one = rank == 0 ? engine(MPI_COMM_SELF, 1, 0) : NULL, *z[4];
   par_data_t *d1 = data(), *dz[4];
-  for (int s = 0; s < 4; s++) z[s] = engine(MPI_COMM_WORLD, 2, s), dz[s] = data();
+  for (int s = 0; s < 4; s++)
+    z[s] = engine(MPI_COMM_WORLD, 2, s), dz[s] = data();
   for (int r = 0; r < repeats; r++) {
     if (rank == 0) {
       double t = run(one, d1, steps, 1);
@@ -117,10 +118,10 @@ int main(int argc, char **argv) {
     par_engine_memory(z[s], &cur, &peak[s]);
   }
   if (rank == 0) {
-    printf("BENCH parallel.dp2.scaling value=%.0f unit=tokens/s baseline=%.0f ratio=%.3f\n", best[0], 2 * serial,
-           best[0] / (2 * serial));
-    printf("BENCH parallel.zero3.vs_dp value=%.0f unit=tokens/s baseline=%.0f ratio=%.3f\n", best[3], best[0],
-           best[3] / best[0]);
+    printf("BENCH parallel.dp2.scaling value=%.0f unit=tokens/s baseline=%.0f ratio=%.3f\n",
+           best[0], 2 * serial, best[0] / (2 * serial));
+    printf("BENCH parallel.zero3.vs_dp value=%.0f unit=tokens/s baseline=%.0f ratio=%.3f\n",
+           best[3], best[0], best[3] / best[0]);
     par_cluster_t cl;
     par_cluster_preset("this-machine", &cl, NULL, 0);
     cl.nodes = 1, cl.gpus_per_node = 2;
@@ -128,7 +129,8 @@ int main(int argc, char **argv) {
      * reserved device memory; the gradient buckets are views of the
      * gradients (ZeRO-0, 1) or the pass's buffers (2, 3). */
     par_plan_params_t pp = PAR_PLAN_PARAMS_DEFAULTS;
-    pp.act_token_elems = 16, pp.act_score_elems = 0, pp.mask_bytes = 0, pp.bwd_scratch_token_elems = 14;
+    pp.act_token_elems = 16, pp.act_score_elems = 0, pp.mask_bytes = 0,
+    pp.bwd_scratch_token_elems = 14;
     pp.device_reserved_bytes = 0, pp.dp_bucket_bytes = 0;
     for (int s = 0; s < 4; s++) {
       par_layout_t lay = PAR_LAYOUT_DEFAULTS;
@@ -139,14 +141,18 @@ int main(int argc, char **argv) {
         continue;
       }
       double plan = 0;
-      for (int i = 0; i < PAR_MEM_COUNT; i++) plan += pl.mem[i];
+      for (int i = 0; i < PAR_MEM_COUNT; i++)
+        plan += pl.mem[i];
       printf("BENCH parallel.zero%d.mem value=%.2f unit=MiB/rank baseline=%.2f ratio=%.3f\n", s,
              (double)peak[s] / (1 << 20), plan / (1 << 20), (double)peak[s] / plan);
     }
-    printf("bench_parallel_zero: GPT layers=%d hidden=%d seq=%d, %d sequences per rank, %d steps x %d; ZeRO-1 %.0f, "
-           "ZeRO-2 %.0f tokens/s\n", mc.layers, mc.hidden, mc.seq, BATCH, steps, repeats, best[1], best[2]);
+    printf("bench_parallel_zero: GPT layers=%d hidden=%d seq=%d, %d sequences per rank, %d steps x "
+           "%d; ZeRO-1 %.0f, "
+           "ZeRO-2 %.0f tokens/s\n",
+           mc.layers, mc.hidden, mc.seq, BATCH, steps, repeats, best[1], best[2]);
   }
-  for (int s = 0; s < 4; s++) par_engine_destroy(z[s]), par_data_destroy(dz[s]);
+  for (int s = 0; s < 4; s++)
+    par_engine_destroy(z[s]), par_data_destroy(dz[s]);
   par_engine_destroy(one);
   par_data_destroy(d1);
   MPI_Finalize();

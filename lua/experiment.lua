@@ -22,7 +22,8 @@ end
 M.fail = fail
 
 -- strata.option("train.steps", 100): the command-line value of a dotted
--- path, else the default; for recipes that write their own loop.
+-- path, else the default; for recipes that write their own loop, or settings
+-- of a recipe's own (read before strata.experiment, they are not recipe keys).
 function M.option(path, default)
   for _, o in ipairs(parsed_overrides()) do
     if o.path == path then
@@ -58,7 +59,12 @@ function M.experiment(recipe)
   local where = {line = info.currentline}
   if info.source and info.source:sub(1, 1) == "@" then where.source = info.source:sub(2) end
   M._experiment_called = true
-  local cfg = M.validate(recipe, where, parsed_overrides())
+  -- the command line's settings, less those the recipe read with strata.option
+  local overrides = {}
+  for _, o in ipairs(parsed_overrides()) do
+    if not o.used then overrides[#overrides + 1] = o end
+  end
+  local cfg = M.validate(recipe, where, overrides)
   return M.prepare_and_train(cfg)
 end
 

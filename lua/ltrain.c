@@ -196,7 +196,7 @@ static int run_stopped(lua_State *L, const par_train_result_t *res) {
 
 /* ------------------------------------------------------------ train */
 
-/* strata.train(cfg, data) -> summary table {steps=, loss=, val_loss=, entropy_rate=, tokens_per_s=} */
+/* strata.train(cfg, data) -> summary table {steps=, loss=, val_loss=, entropy_rate=, tokens_per_s=, mem_peak=} */
 static int l_train(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   par_data_t *data = lstrata_todata(L, 2);
@@ -360,6 +360,10 @@ static int l_train(lua_State *L) {
   }
   lua_pushnumber(L, res.tokens_per_s);
   lua_setfield(L, -2, "tokens_per_s");
+  size_t mem_cur = 0, mem_peak = 0;
+  par_engine_memory(r->e, &mem_cur, &mem_peak);
+  lua_pushinteger(L, (lua_Integer)mem_peak);
+  lua_setfield(L, -2, "mem_peak"); /* bytes of this rank */
   lua_pushcfunction(L, run_free); /* free now, not at the next collection */
   lua_pushvalue(L, run_idx);
   lua_call(L, 1, 0);

@@ -108,5 +108,23 @@ grep -q "validation loss" "$work/l.log" || fail "llmc recipe did not evaluate"
 [ $rc = 2 ] && grep -q "model.vocab = 500: the data holds token 999 (vocabulary 1000)" "$work/l2.err" \
   || fail "small vocabulary: exit $rc, $(cat "$work/l2.err")"
 
+# 8. ZeRO from the command line: one line per run names the stage, and a
+#    model far too large for any machine like this one is refused before
+#    anything is allocated or written, with the largest categories.
+"$S" run -n 2 $R "${small[@]}" parallel.zero=3 train.steps=8 run_dir="$work/z3" >"$work/z3.log" 2>&1 \
+  || fail "ZeRO-3 run: $(tail -3 "$work/z3.log")"
+grep -q "adamw, ZeRO-3, 2 ranks" "$work/z3.log" || fail "ZeRO-3 header: $(head -2 "$work/z3.log")"
+"$S" run $R model.layers=96 model.hidden=12288 model.heads=96 train.steps=10 optim.warmup=0 run_dir="$work/huge" \
+  >"$work/huge.log" 2>"$work/huge.err"; rc=$?
+[ $rc = 1 ] && [ "$(wc -l <"$work/huge.err")" = 1 ] \
+  && grep -qE "^strata: memory: this model and layout need [0-9.]+ GB per rank \(optimizer state [0-9.]+ GB, gradients [0-9.]+ GB, parameters [0-9.]+ GB\) but a rank has [0-9.]+ GB; a layout that fits: none on 1 rank" "$work/huge.err" \
+  || fail "huge model: exit $rc, $(cat "$work/huge.err")"
+[ ! -e "$work/huge" ] || fail "huge model: $work/huge was created"
+# recipes/zero.lua: the four stages, a table against the planner, a plot
+"$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
+[ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \
+  || fail "zero.lua table: $(tail -8 "$work/zr.log")"
+command -v gnuplot >/dev/null && { [ -s "$work/zr/zero.png" ] || fail "zero.lua: no plot"; }
+
 echo "train: reduced quickstart val loss $val; $fails failed"
 [ $fails = 0 ]

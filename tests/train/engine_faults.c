@@ -6,6 +6,8 @@
  *    step (par_step_t.stop), and par_train_run saves a checkpoint there;
  *  - a loss that grows past diverge_factor ends par_train_run on every rank
  *    with res.diverged, and a non-finite one skips the update;
+ *  - a model and layout that cannot fit the memory a rank has is refused
+ *    before anything is allocated, with a layout that fits;
  * each under ZeRO stages 0 to 3 (a failing rank's forward under ZeRO-3
  * leaves the others inside the pass's parameter gathers: the failed rank
  * replays them). Exits non-zero on failure. */
@@ -157,6 +159,48 @@ int main(int argc, char **argv) {
       par_data_destroy(d);
       par_engine_destroy(e);
     }
+  }
+
+  /* 4. A model that cannot fit the memory a rank has is refused before
+   *    anything is allocated, naming the categories and a layout that fits:
+   *    here a limit between the planner's bytes at ZeRO-0 and at ZeRO-3. */
+  {
+    par_gpt_config_t big = {.layers = 4, .hidden = 256, .heads = 4, .seq = 64, .vocab = 256};
+    double need[4];
+    for (int z = 0; z < 4; z++) {
+      par_cluster_t cl;
+      par_cluster_preset("this-machine", &cl, NULL, 0);
+      cl.nodes = 1, cl.gpus_per_node = ranks, cl.gpu_mem_bytes = 1e18;
+      par_layout_t lay = PAR_LAYOUT_DEFAULTS;
+      lay.dp = ranks, lay.zero_stage = z, lay.microbatch = 2, lay.global_batch = 2 * ranks;
+      par_plan_params_t pp = PAR_PLAN_PARAMS_DEFAULTS; /* strata's GPT and engine */
+      pp.act_token_elems = 16, pp.act_score_elems = 0, pp.mask_bytes = 0,
+      pp.bwd_scratch_token_elems = 14;
+      pp.device_reserved_bytes = 0, pp.dp_bucket_bytes = 0;
+      par_plan_t pl;
+      CHECK(par_plan_estimate(&big, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+      need[z] = pl.mem_total;
+    }
+    par_layout_t lay = PAR_LAYOUT_DEFAULTS;
+    lay.dp = ranks, lay.microbatch = 2, lay.global_batch = 2 * ranks;
+    par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
+    par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
+    eo.threads = 1, eo.memory_bytes = (need[0] + need[3]) / 2;
+    par_engine_t *e = NULL;
+    char err[1024] = "";
+    int rc = par_engine_create(&e, &big, &lay, &oc, &eo, err, sizeof err);
+    CHECK(rc == STRATA_ENOMEM && e == NULL, "create with %.0f bytes: rc %d", eo.memory_bytes, rc);
+    CHECK(strstr(err, "memory: this model and layout need ") && strstr(err, "optimizer state") &&
+              strstr(err, "a layout that fits: ZeRO stage "),
+          "message: %s", err);
+    if (rank == 0) printf("refused: %s\n", err);
+    eo.memory_bytes = 1000; /* nothing fits */
+    rc = par_engine_create(&e, &big, &lay, &oc, &eo, err, sizeof err);
+    CHECK(rc == STRATA_ENOMEM && strstr(err, "a layout that fits: none on "), "message: %s", err);
+    eo.memory_bytes = need[0] * 1.01; /* fits as it is */
+    rc = par_engine_create(&e, &big, &lay, &oc, &eo, err, sizeof err);
+    CHECK(rc == STRATA_OK, "refused with room: %s", err);
+    par_engine_destroy(e);
   }
 
   MPI_Barrier(MPI_COMM_WORLD);

@@ -1,6 +1,7 @@
 /* Usage example of the training engine (strata/par_train.h) with no Lua: a
- * small GPT on the generated Markov corpus, trained data parallel over
- * however many ranks mpirun starts, with a checkpoint and a metrics file.
+ * small GPT on the generated Markov corpus, trained data parallel with
+ * ZeRO-3 (parameters, gradients and optimizer state sharded) over however
+ * many ranks mpirun starts, with a checkpoint and a metrics file.
  * Built and run by the tests (1 and 2 ranks) so that it keeps compiling and
  * working; exits 0 when the validation loss fell well below ln 256.
  *
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
   par_gpt_config_t mc = {.layers = 1, .hidden = 32, .heads = 2, .seq = 32, .vocab = 256};
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = ranks;
+  lay.zero_stage = 3;   /* each rank holds 1/ranks of the model states */
   lay.global_batch = 8; /* the same batch whatever the rank count: */
   lay.microbatch = 4;   /* two microbatches on one rank, one each on two */
   par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;

@@ -28,8 +28,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <strata/parallel.h>
+#include <string.h>
 
 #define STEPS 20
 static int rank, ranks, fails;
@@ -47,14 +47,16 @@ static int rank, ranks, fails;
  * (blocks of 7224 and a final layernorm of 48 parameters): padded. */
 static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 3, .seq = 18, .vocab = 256};
 
-static par_engine_t *engine(MPI_Comm comm, int dp, int zero, int micro, int accum, const char *opt) {
+static par_engine_t *engine(MPI_Comm comm, int dp, int zero, int micro, int accum,
+                            const char *opt) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = dp, lay.zero_stage = zero, lay.microbatch = micro, lay.global_batch = micro * dp * accum;
   par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
   oc.name = opt, oc.lr = !strcmp(opt, "lars") ? 0.5 : 1e-2, oc.clip = 0.5, oc.warmup = 2;
   oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
-  eo.steps = STEPS, eo.threads = 1, eo.seed = 5, eo.comm = comm, eo.bucket_mb = 0.004; /* several buckets */
+  eo.steps = STEPS, eo.threads = 1, eo.seed = 5, eo.comm = comm,
+  eo.bucket_mb = 0.004; /* several buckets */
   par_engine_t *e = NULL;
   char err[512];
   if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) {
@@ -98,13 +100,15 @@ static void run(int zero, const char *opt, int accum) {
     par_step_t a, b;
     comm_counters_reset(par_engine_comm(e));
     if (par_engine_step(s, ds, &a) || par_engine_step(e, dd, &b)) {
-      CHECK(0, "zero %d %s step %d: %s / %s", zero, opt, step, par_engine_error(s), par_engine_error(e));
+      CHECK(0, "zero %d %s step %d: %s / %s", zero, opt, step, par_engine_error(s),
+            par_engine_error(e));
       break;
     }
     /* the loss, and the gradient norm before clipping (Adam, LAMB and LARS
      * are blind to the gradients' scale: a reduction that sums instead of
      * averaging shows only here) */
-    double dl = fabs(a.loss - b.loss) / fabs(a.loss), dg = fabs(a.grad_norm - b.grad_norm) / a.grad_norm;
+    double dl = fabs(a.loss - b.loss) / fabs(a.loss),
+           dg = fabs(a.grad_norm - b.grad_norm) / a.grad_norm;
     if (dl > max_dl) max_dl = dl;
     if (dg > max_dg) max_dg = dg;
     if (step == 3 && accum == 1) { /* the volumes of one step */
@@ -121,24 +125,31 @@ static void run(int zero, const char *opt, int accum) {
       uint64_t small = AR(3 * 8) + (zero >= 1 ? AR(nv * 8) + (lamb ? AR(2 * nv * 8) : 0) : 0);
 #undef AR
       /* stage 0's buckets lose under a byte each to that rounding */
-      double want_ar = (zero == 0 ? 2 * f * psi : 0) + (double)small, want_rs = zero >= 1 ? f * psi : 0;
-      double want_ag = zero == 0 ? 0 : zero == 3 ? 2 * f * psi : f * psi, slack = zero == 0 ? in.buckets : 0;
+      double want_ar = (zero == 0 ? 2 * f * psi : 0) + (double)small,
+             want_rs = zero >= 1 ? f * psi : 0;
+      double want_ag = zero == 0   ? 0
+                       : zero == 3 ? 2 * f * psi
+                                   : f * psi,
+             slack = zero == 0 ? in.buckets : 0;
       if (ranks == 1) want_ar = want_rs = want_ag = slack = 0;
       double got_ar = (double)sent(c, COMM_K_ALLREDUCE);
       CHECK(got_ar <= want_ar && got_ar >= want_ar - slack &&
                 sent(c, COMM_K_REDUCE_SCATTER) == (uint64_t)llround(want_rs) &&
                 sent(c, COMM_K_ALLGATHER) == (uint64_t)llround(want_ag),
-            "zero %d %s: sent allreduce %llu (want %.0f), reduce-scatter %llu (%.0f), all-gather %llu (%.0f)", zero,
-            opt, (unsigned long long)sent(c, COMM_K_ALLREDUCE), want_ar,
+            "zero %d %s: sent allreduce %llu (want %.0f), reduce-scatter %llu (%.0f), all-gather "
+            "%llu (%.0f)",
+            zero, opt, (unsigned long long)sent(c, COMM_K_ALLREDUCE), want_ar,
             (unsigned long long)sent(c, COMM_K_REDUCE_SCATTER), want_rs,
             (unsigned long long)sent(c, COMM_K_ALLGATHER), want_ag);
       /* model states: ZeRO's formulas for fp32 (4 + 4 bytes, K = 8 for Adam's
        * m and v, 4 for the momentum of LARS) at the padded count */
       double k = !strcmp(opt, "lars") ? 4 : 8, P = (double)in.params_padded;
-      double want[3] = {4 * P / (zero >= 3 ? ranks : 1), 4 * P / (zero >= 2 ? ranks : 1), k * P / (zero >= 1 ? ranks : 1)};
+      double want[3] = {4 * P / (zero >= 3 ? ranks : 1), 4 * P / (zero >= 2 ? ranks : 1),
+                        k * P / (zero >= 1 ? ranks : 1)};
       for (int i = 0; i < 3; i++)
-        CHECK((double)in.state_bytes[i] == want[i], "zero %d %s: state %d holds %zu bytes, ZeRO's formula %.0f", zero,
-              opt, i, in.state_bytes[i], want[i]);
+        CHECK((double)in.state_bytes[i] == want[i],
+              "zero %d %s: state %d holds %zu bytes, ZeRO's formula %.0f", zero, opt, i,
+              in.state_bytes[i], want[i]);
       /* the planner: the same padded model states, exactly; activations
        * (strata's GPT: 16 h-wide values per token per block, no attention
        * scores, no dropout, 14 h-wide gradient buffers in backward, as
@@ -151,23 +162,31 @@ static void run(int zero, const char *opt, int accum) {
       lay.dp = ranks, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * ranks;
       par_plan_t pl;
       par_plan_params_t pp0 = PAR_PLAN_PARAMS_DEFAULTS;
-      pp0.act_token_elems = 16, pp0.act_score_elems = 0, pp0.mask_bytes = 0, pp0.bwd_scratch_token_elems = 14;
+      pp0.act_token_elems = 16, pp0.act_score_elems = 0, pp0.mask_bytes = 0,
+      pp0.bwd_scratch_token_elems = 14;
       CHECK(par_plan_estimate(&mc, &lay, &cl, &pp0, &pl) == 0, "planner: %s", pl.why);
-      double got = (double)(in.state_bytes[0] + in.state_bytes[1]), plan = pl.mem[PAR_MEM_PARAMS] + pl.mem[PAR_MEM_GRADS];
-      CHECK(got == plan, "zero %d: parameters + gradients %.0f bytes, planner %.0f", zero, got, plan);
+      double got = (double)(in.state_bytes[0] + in.state_bytes[1]),
+             plan = pl.mem[PAR_MEM_PARAMS] + pl.mem[PAR_MEM_GRADS];
+      CHECK(got == plan, "zero %d: parameters + gradients %.0f bytes, planner %.0f", zero, got,
+            plan);
       if (!strcmp(opt, "adamw"))
-        CHECK((double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM], "zero %d: optimizer %zu bytes, planner %.0f", zero,
-              in.state_bytes[2], pl.mem[PAR_MEM_OPTIM]);
+        CHECK((double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM],
+              "zero %d: optimizer %zu bytes, planner %.0f", zero, in.state_bytes[2],
+              pl.mem[PAR_MEM_OPTIM]);
       size_t cur = 0, peak = 0;
       par_engine_memory(e, &cur, &peak);
-      double act = (double)peak - (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]) -
+      double act = (double)peak -
+                   (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]) -
                    (double)in.buffer_peak;
-      CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "zero %d %s: activations %.0f bytes, planner %.0f", zero,
-            opt, act, pl.mem[PAR_MEM_ACTIV]);
+      CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10,
+            "zero %d %s: activations %.0f bytes, planner %.0f", zero, opt, act,
+            pl.mem[PAR_MEM_ACTIV]);
       if (rank == 0 && !strcmp(opt, "adamw"))
-        printf("np=%d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner %.0f, "
-               "%+.1f%%), pass buffers %zu\n", ranks, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2],
-               act, pl.mem[PAR_MEM_ACTIV], 100 * (pl.mem[PAR_MEM_ACTIV] / act - 1), in.buffer_peak);
+        printf("np=%d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations "
+               "%.0f (planner %.0f, "
+               "%+.1f%%), pass buffers %zu\n",
+               ranks, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act,
+               pl.mem[PAR_MEM_ACTIV], 100 * (pl.mem[PAR_MEM_ACTIV] / act - 1), in.buffer_peak);
     }
   }
   par_engine_get_params(s, ps);
@@ -179,14 +198,17 @@ static void run(int zero, const char *opt, int accum) {
   }
   double rel = m2 > 0 ? sqrt(d2 / m2) : 0;
   if (ranks == 1 && accum == 1) /* the same sums in the same order */
-    CHECK(max_dl == 0 && max_dg == 0 && max_dp == 0, "zero %d %s on one rank: loss %.3g, norm %.3g, params %.3g apart",
-          zero, opt, max_dl, max_dg, max_dp);
+    CHECK(max_dl == 0 && max_dg == 0 && max_dp == 0,
+          "zero %d %s on one rank: loss %.3g, norm %.3g, params %.3g apart", zero, opt, max_dl,
+          max_dg, max_dp);
   CHECK(max_dl <= 1e-6 && max_dg <= 1e-5 && rel <= 1e-4,
-        "zero %d %s: losses %.3g relative, gradient norms %.3g, parameters %.3g of the move apart", zero, opt, max_dl,
-        max_dg, rel);
+        "zero %d %s: losses %.3g relative, gradient norms %.3g, parameters %.3g of the move apart",
+        zero, opt, max_dl, max_dg, rel);
   if (rank == 0)
-    printf("np=%d zero %d %-5s%s: losses within %.2g relative, norms %.2g, parameters %.2g (%.2g of the training's "
-           "move)\n", ranks, zero, opt, accum > 1 ? " (2 microbatches)" : "", max_dl, max_dg, max_dp, rel);
+    printf("np=%d zero %d %-5s%s: losses within %.2g relative, norms %.2g, parameters %.2g (%.2g "
+           "of the training's "
+           "move)\n",
+           ranks, zero, opt, accum > 1 ? " (2 microbatches)" : "", max_dl, max_dg, max_dp, rel);
   par_engine_destroy(e), par_engine_destroy(s);
   par_data_destroy(ds), par_data_destroy(dd);
   free(ps), free(pp), free(p0);
@@ -196,9 +218,10 @@ static void run(int zero, const char *opt, int accum) {
  * rank 0's first reduction cannot complete before then. Rank 0 must have
  * posted it before its backward ended, reached a later event of backward
  * with it still in flight, and seen it complete only after backward ended
- * (not under ZeRO-3, where rank 0's backward itself waits for the last
- * rank's gathers). A reduction posted after backward, or waited for at
- * once, fails. */
+ * (not under ZeRO-2 and 3, whose backward itself waits for the last rank:
+ * for an older gradient bucket, which keeps the buckets few, and for the
+ * gathers). A reduction posted after backward, or waited for at once,
+ * fails. */
 static void overlap(int zero) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = ranks, lay.zero_stage = zero, lay.microbatch = 2, lay.global_batch = 2 * ranks;
@@ -216,13 +239,18 @@ static void overlap(int zero) {
   par_step_t st;
   CHECK(par_engine_step(e, d, &st) == STRATA_OK, "overlap: %s", par_engine_error(e));
   if (rank == 0) {
-    CHECK(st.first_post_s > 0 && st.first_post_s < st.inflight_s && st.inflight_s <= st.backward_end_s &&
-              st.first_done_s >= st.inflight_s && (zero == 3 || st.first_done_s > st.backward_end_s),
-          "zero %d: first reduction posted at %.4f s, backward went on at %.4f s, ended at %.4f s, first reduction done "
-          "at %.4f s", zero, st.first_post_s, st.inflight_s, st.backward_end_s, st.first_done_s);
-    printf("np=%d zero %d overlap: first reduction posted at %.1f ms, backward went on with it in flight at %.1f ms, "
-           "ended at %.1f ms, the reduction done at %.1f ms\n", ranks, zero, 1e3 * st.first_post_s,
-           1e3 * st.inflight_s, 1e3 * st.backward_end_s, 1e3 * st.first_done_s);
+    CHECK(st.first_post_s > 0 && st.first_post_s < st.inflight_s &&
+              st.inflight_s <= st.backward_end_s && st.first_done_s >= st.inflight_s &&
+              (zero >= 2 || st.first_done_s > st.backward_end_s),
+          "zero %d: first reduction posted at %.4f s, backward went on at %.4f s, ended at %.4f s, "
+          "first reduction done "
+          "at %.4f s",
+          zero, st.first_post_s, st.inflight_s, st.backward_end_s, st.first_done_s);
+    printf("np=%d zero %d overlap: first reduction posted at %.1f ms, backward went on with it in "
+           "flight at %.1f ms, "
+           "ended at %.1f ms, the reduction done at %.1f ms\n",
+           ranks, zero, 1e3 * st.first_post_s, 1e3 * st.inflight_s, 1e3 * st.backward_end_s,
+           1e3 * st.first_done_s);
   }
   par_data_destroy(d);
   par_engine_destroy(e);
@@ -234,7 +262,8 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   static const char *opts[] = {"adamw", "lamb", "lars"};
   for (int zero = 0; zero <= 3; zero++) {
-    for (int o = 0; o < 3; o++) run(zero, opts[o], 1);
+    for (int o = 0; o < 3; o++)
+      run(zero, opts[o], 1);
     run(zero, "adamw", 2);
     if (ranks > 1) overlap(zero);
   }

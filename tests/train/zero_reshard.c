@@ -15,8 +15,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <strata/parallel.h>
+#include <string.h>
 
 static int rank, ranks, fails;
 #define CHECK(cond, ...)                                                                           \
@@ -124,7 +124,8 @@ int main(int argc, char **argv) {
             CHECK(par_engine_get_params(e, loaded) == STRATA_OK, "%s: get_params", who);
             if (rank == 0) {
               size_t bad = 0;
-              for (size_t i = 0; i < np; i++) bad += memcmp(&saved[i], &loaded[i], sizeof *saved) != 0;
+              for (size_t i = 0; i < np; i++)
+                bad += memcmp(&saved[i], &loaded[i], sizeof *saved) != 0;
               CHECK(bad == 0, "%s: %zu of %zu parameters differ from the saved ones", who, bad, np);
             }
             double l[2];
@@ -132,8 +133,8 @@ int main(int argc, char **argv) {
             if (rank == 0) {
               for (int i = 0; i < 2; i++) {
                 double rel = fabs(l[i] - after[i]) / fabs(after[i]);
-                CHECK(rel <= 1e-6, "%s: step %d loss %.9g, the writer's %.9g (rel %.2g > 1e-6)", who,
-                      SAVE_AT + 1 + i, l[i], after[i], rel);
+                CHECK(rel <= 1e-6, "%s: step %d loss %.9g, the writer's %.9g (rel %.2g > 1e-6)",
+                      who, SAVE_AT + 1 + i, l[i], after[i], rel);
                 if (rd == wd && rz == wz)
                   CHECK(l[i] == after[i], "%s: same layout, step %d loss %.17g != %.17g", who,
                         SAVE_AT + 1 + i, l[i], after[i]);

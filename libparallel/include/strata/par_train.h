@@ -99,13 +99,19 @@ typedef struct {
    * posted as soon as backward has finished them (PyTorch DDP's default 25;
    * the first bucket, the last layers, closes at 1 MiB as DDP's does). */
   double bucket_mb;
+  /* Bytes of memory a rank may use. Before allocating, the engine compares
+   * the planner's prediction for the model and layout with it and refuses a
+   * run that cannot fit (STRATA_ENOMEM, naming the largest categories and a
+   * layout that fits). 0: the host memory available on the node (and the
+   * cgroup's limit), shared by the ranks on the node; < 0: no check. */
+  double memory_bytes;
   /* Testing: seconds to wait before posting each gradient reduction, to
    * show that backward goes on while reductions are in flight; 0. */
   double delay_reductions_s;
 } par_engine_options_t;
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
-   .init = NULL, .seq = 0, .bucket_mb = 25.0, .delay_reductions_s = 0.0}
+   .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate; this build trains dp x 1 x 1 x 1, fp32, with ZeRO

@@ -116,6 +116,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   par_optim_describe(oc, e->optim_desc, sizeof e->optim_desc);
   e->clip = oc->clip;
   e->state_arrays = par_optim_state_arrays(oc);
+  if ((rc = engine_check_fit(e, mc, lay))) return rc;
   par_gpt_options_t go = PAR_GPT_OPTIONS_DEFAULTS;
   go.threads = e->opts.threads;
   go.external = 1; /* the engine holds parameters and gradients, sharded */

@@ -128,4 +128,7 @@ void state_release_all(par_engine_t *e);
 int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward);
 int state_replay(par_engine_t *e, int from, int with_backward);
 
+/* fit.c: refuses a model and layout that cannot fit this rank's memory. */
+int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_t *lay);
+
 #endif

@@ -163,6 +163,17 @@ static int on_need(par_engine_t *e, int r, int backward) {
       if ((rc = comm_wait(&g->reduce)) != STRATA_OK) return comm_fail(e, rc);
       if ((rc = reduced(e, g, r))) return rc;
     }
+    /* The pass's gradient buckets stay few: besides this region's (and the
+     * embeddings', which the tied head keeps all pass), only the one that
+     * backward finished last may still be reducing; an older one is waited
+     * for here, after a region's compute has overlapped it. */
+    for (int q = r + 1, seen = 0; q < e->nregions; q++) {
+      region_t *o = &e->regions[q];
+      if (!o->reduce || q == 0 || seen++ == 0) continue;
+      if ((rc = comm_wait(&o->reduce)) != STRATA_OK) return comm_fail(e, rc);
+      if (q == e->nregions - 1) observe_done(e);
+      if ((rc = reduced(e, o, q))) return rc;
+    }
     if (!g->grads.data && (rc = take(e, &g->grads, (size_t)e->size * g->shard, "gradient bucket"))) return rc;
     grads = F(&g->grads);
   }
