@@ -128,10 +128,8 @@ int main(int argc, char **argv) {
     /* strata's GPT and engine: no attention scores kept, no dropout, no
      * reserved device memory; the gradient buckets are views of the
      * gradients (ZeRO-0, 1) or the pass's buffers (2, 3). */
-    par_plan_params_t pp = PAR_PLAN_PARAMS_DEFAULTS;
-    pp.act_token_elems = 16, pp.act_score_elems = 0, pp.mask_bytes = 0,
-    pp.bwd_scratch_token_elems = 14;
-    pp.device_reserved_bytes = 0, pp.dp_bucket_bytes = 0;
+    par_plan_params_t pp;
+    par_plan_params_engine(&pp);
     for (int s = 0; s < 4; s++) {
       par_layout_t lay = PAR_LAYOUT_DEFAULTS;
       lay.dp = 2, lay.zero_stage = s, lay.microbatch = BATCH, lay.global_batch = 2 * BATCH;

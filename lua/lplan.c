@@ -153,6 +153,12 @@ static void parse_cluster(lua_State *L, int t, par_cluster_t *c) {
 static void parse_params(lua_State *L, int t, par_plan_params_t *p) {
   *p = (par_plan_params_t)PAR_PLAN_PARAMS_DEFAULTS;
   if (lua_isnoneornil(L, t)) return;
+  if (lua_type(L, t) == LUA_TSTRING) { /* "engine": strata's own GPT and engine */
+    if (strcmp(lua_tostring(L, t), "engine") != 0)
+      luaL_error(L, "plan: params = '%s': a table of planner parameters, or \"engine\"", lua_tostring(L, t));
+    par_plan_params_engine(p);
+    return;
+  }
   luaL_checktype(L, t, LUA_TTABLE);
   lua_pushnil(L);
   while (lua_next(L, t)) {

@@ -158,8 +158,10 @@ void lstrata_catch_stop_signals(int rank) {
 
 /* ------------------------------------------------------------ fatal ends */
 
-/* libparallel's last word before it ends the process (par_fatal): one line
- * with the step and the way back, as for every other failure of a run. */
+/* A call libparallel reports stuck for good (a collective step of parallel
+ * HDF5 that another rank never reaches): one line with the step and the
+ * way back, as for every other failure of a run, and the end of this rank
+ * (mpirun then ends the others). */
 static void on_fatal(const char *msg, void *arg) {
   (void)arg;
   char hint[2400];
@@ -169,6 +171,9 @@ static void on_fatal(const char *msg, void *arg) {
   else
     fprintf(stderr, "strata: %s\n", msg);
   status->reported = 1;
+  fflush(stderr);
+  fflush(stdout);
+  _exit(STRATA_EXIT_FAIL);
 }
 
 void lstrata_catch_fatal_ends(void) { par_set_fatal_handler(on_fatal, NULL); }

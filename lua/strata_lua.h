@@ -32,8 +32,8 @@ typedef struct {
   char ckpt_path[1024]; /* its path */
   int reported;         /* the worker printed its own error before exiting */
 } lstrata_status_t;
-/* Reports libparallel's fatal ends (par_fatal) as one line with the step,
- * the last checkpoint and the resume command. */
+/* Ends the rank on a call libparallel reports stuck (par_set_fatal_handler)
+ * with one line naming the step, the last checkpoint and the resume command. */
 void lstrata_catch_fatal_ends(void);
 /* The page of this process (a private one when there is no guard). */
 lstrata_status_t *lstrata_status(void);

@@ -11,11 +11,6 @@ local rank, size = strata.world()
 local model = {layers = 4, hidden = 128, heads = 4, seq = 64}
 local batch = 4
 
--- The planner's figures for strata's own GPT and engine on this machine:
--- no attention scores kept, no dropout, no reserved device memory, the
--- engine's gradient buckets views of its gradients.
-local params = {act_token_elems = 16, act_score_elems = 0, mask_bytes = 0, bwd_scratch_token_elems = 14,
-                device_reserved_bytes = 0, dp_bucket_bytes = 0}
 local rows = {}
 for zero = 0, 3 do
   local run = strata.experiment{
@@ -23,7 +18,7 @@ for zero = 0, 3 do
     run_dir = out .. "/zero" .. zero,
     model = model,
     parallel = {zero = zero},
-    optim = {warmup = 5},
+    optim = {warmup = steps // 8},
     train = {steps = steps, batch = batch, eval_every = 0, eval_batches = 2, log_every = steps},
     checkpoint = {final = false},
     metrics = {plot = false},
@@ -33,7 +28,7 @@ for zero = 0, 3 do
     model = {layers = model.layers, hidden = model.hidden, heads = model.heads, seq = model.seq, vocab = 256},
     parallel = {dp = size, zero = zero, microbatch = batch, global_batch = batch * size, precision = "fp32"},
     cluster = {base = "this-machine", gpus_per_node = size},
-    params = params,
+    params = "engine", -- the planner's parameters of strata's own GPT and engine
     print = false,
   }
   do

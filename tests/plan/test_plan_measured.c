@@ -29,9 +29,9 @@ static void compare(par_gpt_config_t m, int B) {
   par_cluster_preset("this-machine", &c, NULL, 0);
   par_layout_t l = PAR_LAYOUT_DEFAULTS;
   l.microbatch = l.global_batch = B;
-  par_plan_params_t p = PAR_PLAN_PARAMS_DEFAULTS;
-  p.act_token_elems = 16, p.act_score_elems = 0, p.mask_bytes = 0, p.bwd_scratch_token_elems = 14;
-  p.device_reserved_bytes = 0, p.dp_bucket_bytes = 0, p.shard_align = 0; /* a bare model, no engine */
+  par_plan_params_t p;
+  par_plan_params_engine(&p);
+  p.shard_align = 0; /* a bare model, no engine: unpadded */
   par_plan_t r;
   cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &r), 0, "%s", r.why);
   /* Parameters + gradients: exact (two fp32 flat arrays). */

@@ -173,10 +173,8 @@ int main(int argc, char **argv) {
       cl.nodes = 1, cl.gpus_per_node = ranks, cl.gpu_mem_bytes = 1e18;
       par_layout_t lay = PAR_LAYOUT_DEFAULTS;
       lay.dp = ranks, lay.zero_stage = z, lay.microbatch = 2, lay.global_batch = 2 * ranks;
-      par_plan_params_t pp = PAR_PLAN_PARAMS_DEFAULTS; /* strata's GPT and engine */
-      pp.act_token_elems = 16, pp.act_score_elems = 0, pp.mask_bytes = 0,
-      pp.bwd_scratch_token_elems = 14;
-      pp.device_reserved_bytes = 0, pp.dp_bucket_bytes = 0;
+      par_plan_params_t pp;
+      par_plan_params_engine(&pp); /* strata's GPT and engine */
       par_plan_t pl;
       CHECK(par_plan_estimate(&big, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
       need[z] = pl.mem_total;

@@ -161,9 +161,8 @@ static void run(int zero, const char *opt, int accum) {
       par_layout_t lay = PAR_LAYOUT_DEFAULTS;
       lay.dp = ranks, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * ranks;
       par_plan_t pl;
-      par_plan_params_t pp0 = PAR_PLAN_PARAMS_DEFAULTS;
-      pp0.act_token_elems = 16, pp0.act_score_elems = 0, pp0.mask_bytes = 0,
-      pp0.bwd_scratch_token_elems = 14;
+      par_plan_params_t pp0;
+      par_plan_params_engine(&pp0);
       CHECK(par_plan_estimate(&mc, &lay, &cl, &pp0, &pl) == 0, "planner: %s", pl.why);
       double got = (double)(in.state_bytes[0] + in.state_bytes[1]),
              plan = pl.mem[PAR_MEM_PARAMS] + pl.mem[PAR_MEM_GRADS];

@@ -184,8 +184,9 @@ typedef struct par_ckpt par_ckpt_t;
  * timeout_s > 0 (with more than one rank) bounds every wait on the other
  * ranks: a status exchange they do not reach in time fails with ETIMEOUT
  * (the job must then be ended), and a collective step inside HDF5, which
- * cannot be left, ends the process through par_fatal (parallel.h) with a
- * message naming the checkpoint and the step. 0 waits forever. */
+ * cannot be left, is reported to par_set_fatal_handler's handler
+ * (parallel.h) with a message naming the checkpoint and the step. 0 waits
+ * forever. */
 STRATA_API int par_ckpt_create(const char *path, MPI_Comm comm, double timeout_s,
                                par_ckpt_t **out, char *err, size_t errlen);
 /* Opens an existing checkpoint for reading, collectively (timeout_s as

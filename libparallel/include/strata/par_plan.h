@@ -127,6 +127,15 @@ typedef struct {
    .device_reserved_bytes = 1.5e9,                                                                \
    .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
 
+/* The parameters that describe strata's own GPT and training engine on the
+ * CPU: 16 h-wide activations kept per token per block, no attention scores
+ * (the kernel keeps a log-sum-exp), no dropout masks, 14 h-wide gradient
+ * buffers in backward, no reserved device memory, gradient buckets that are
+ * views of the gradients; the rest as PAR_PLAN_PARAMS_DEFAULTS. Its model
+ * states equal the engine's exactly, its activations within 10%
+ * (tests/train/zero_equiv.c). */
+STRATA_API void par_plan_params_engine(par_plan_params_t *p);
+
 /* Parameters by name (the field names above), as for the cluster. */
 STRATA_API int par_plan_params_set(par_plan_params_t *p, const char *key, double value);
 STRATA_API int par_plan_params_get(const par_plan_params_t *p, const char *key, double *value);

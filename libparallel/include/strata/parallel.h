@@ -53,16 +53,16 @@ typedef struct {
 /* A short description of a status code; never NULL. */
 STRATA_API const char *par_strerror(int code);
 
-/* The end of a process that cannot go on: a collective step of parallel
- * HDF5 that another rank never reaches cannot be left, so libparallel's
- * watcher (checkpoints with a timeout) calls par_fatal. It calls the
- * handler set with par_set_fatal_handler (a runner adds what it knows, the
- * step, the last checkpoint, and prints it), or prints "strata: <msg>" on
- * stderr without one; then the process exits with status 1 (_exit: other
- * threads may hold locks). */
+/* A call that cannot be left: a collective step of parallel HDF5 that
+ * another rank never reaches waits inside MPI forever. libparallel's
+ * watcher (checkpoints with a timeout) reports it from its own thread to
+ * the handler set here, once, with one line naming the checkpoint and the
+ * step. The handler decides: the strata runner adds the training step and
+ * the way back, prints it and ends the process (exit status 1). Without a
+ * handler the line goes to stderr and the call keeps waiting: ending the
+ * process is the application's choice, never the library's. */
 typedef void (*par_fatal_fn)(const char *msg, void *arg);
 STRATA_API void par_set_fatal_handler(par_fatal_fn fn, void *arg);
-STRATA_API void par_fatal(const char *msg) __attribute__((noreturn));
 
 #ifdef __cplusplus
 }

@@ -43,10 +43,8 @@ static double predict(const par_gpt_config_t *mc, const par_layout_t *lay, int r
   if (par_cluster_preset("this-machine", &cl, NULL, 0) != STRATA_OK) return 0;
   cl.nodes = 1, cl.gpus_per_node = ranks;
   cl.gpu_mem_bytes = 1e18; /* the host's memory is compared here, not a GPU's */
-  par_plan_params_t pp = PAR_PLAN_PARAMS_DEFAULTS;
-  pp.act_token_elems = 16, pp.act_score_elems = 0, pp.mask_bytes = 0,
-  pp.bwd_scratch_token_elems = 14;
-  pp.device_reserved_bytes = 0, pp.dp_bucket_bytes = 0;
+  par_plan_params_t pp;
+  par_plan_params_engine(&pp);
   if (par_plan_estimate(mc, lay, &cl, &pp, pl) != STRATA_OK) return 0;
   double t = 0;
   for (int i = 0; i < PAR_MEM_COUNT; i++)

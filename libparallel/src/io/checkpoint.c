@@ -20,7 +20,7 @@
  * full disk is refused before HDF5 writes anything. With a timeout, a
  * status exchange that peers never reach fails instead of waiting forever,
  * and a collective step of HDF5 itself (which cannot be left) that has not
- * returned in time ends the process through par_fatal (io_deadline). */
+ * returned in time is reported to the fatal handler (io_deadline). */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>

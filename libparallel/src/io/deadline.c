@@ -22,6 +22,22 @@ struct io_deadline {
   char what[512];
 };
 
+static par_fatal_fn stuck_fn;
+static void *stuck_arg;
+
+void par_set_fatal_handler(par_fatal_fn fn, void *arg) {
+  stuck_arg = arg;
+  stuck_fn = fn;
+}
+
+static void report_stuck(const char *msg) {
+  if (stuck_fn)
+    stuck_fn(msg, stuck_arg);
+  else
+    fprintf(stderr, "strata: %s\n", msg);
+  fflush(stderr);
+}
+
 static struct timespec after(double s) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -51,11 +67,14 @@ static void *watch(void *arg) {
       char msg[800];
       snprintf(msg, sizeof msg,
                "%s did not finish within %g s: another rank never reached this collective step "
-               "of parallel HDF5 (it is stopped, stuck or gone), which cannot be interrupted, so "
-               "this rank ends here",
+               "of parallel HDF5 (it is stopped, stuck or gone), which cannot be interrupted: end "
+               "the job",
                d->what, d->seconds);
+      d->due.tv_sec = 0; /* once: the call goes on waiting unless the handler ends the process */
+      d->quit = 1;
       pthread_mutex_unlock(&d->mu);
-      par_fatal(msg); /* does not return */
+      report_stuck(msg);
+      return NULL;
     }
   }
   pthread_mutex_unlock(&d->mu);

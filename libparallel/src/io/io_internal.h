@@ -22,8 +22,8 @@ void io_release(const char *path, int all);
 /* A deadline on calls that cannot be interrupted: parallel HDF5's
  * collective steps wait inside MPI for every rank, with no timeout, so a
  * rank stopped between two of them leaves the others there forever. A
- * watcher thread ends the process instead (par_fatal: one message, exit
- * status 1) when the watched code has not called io_deadline_feed or
+ * watcher thread reports it (par_set_fatal_handler's handler, which may end
+ * the process) when the watched code has not called io_deadline_feed or
  * io_deadline_stop within `seconds`. */
 typedef struct io_deadline io_deadline_t;
 /* NULL (nothing watched) when seconds <= 0 or the thread cannot start. */

@@ -95,3 +95,10 @@ int par_plan_params_get(const par_plan_params_t *p, const char *key, double *val
   if (!f) return STRATA_ENOTFOUND;
   return get(p, f, value);
 }
+
+void par_plan_params_engine(par_plan_params_t *p) {
+  if (!p) return;
+  *p = (par_plan_params_t)PAR_PLAN_PARAMS_DEFAULTS;
+  p->act_token_elems = 16, p->act_score_elems = 0, p->mask_bytes = 0, p->bwd_scratch_token_elems = 14;
+  p->device_reserved_bytes = 0, p->dp_bucket_bytes = 0;
+}
