@@ -7,6 +7,8 @@
  *                                other rank idle meanwhile. Goal >= 0.9.
  *   BENCH parallel.zero3.vs_dp   tokens/s of ZeRO-3 over plain data
  *                                parallelism (ZeRO-0), dp = 2. Goal >= 0.85.
+ *   BENCH parallel.plan.dp2.zeroN for N = 0..3: measured tokens/s over the
+ *                                planner's, calibrated on the serial run.
  *   BENCH parallel.zeroN.mem     for N = 0..3: the accountant's peak bytes
  *                                per rank (model states, the pass's buffers,
  *                                activations) over the planner's prediction
@@ -124,12 +126,35 @@ int main(int argc, char **argv) {
            best[3], best[0], best[3] / best[0]);
     par_cluster_t cl;
     par_cluster_preset("this-machine", &cl, NULL, 0);
-    cl.nodes = 1, cl.gpus_per_node = 2;
+    cl.nodes = 1, cl.gpus_per_node = 1;
     /* strata's GPT and engine: no attention scores kept, no dropout, no
      * reserved device memory; the gradient buckets are views of the
      * gradients (ZeRO-0, 1) or the pass's buffers (2, 3). */
     par_plan_params_t pp;
     par_plan_params_engine(&pp);
+    /* The time model, calibrated on the serial run: the GEMM efficiency
+     * that makes the planner's serial tokens/s the measured one (one thread
+     * against the preset's two-thread peak), then its predictions for dp = 2
+     * beside the measured runs, the two ranks sharing the socket's memory
+     * bandwidth. */
+    par_layout_t one = PAR_LAYOUT_DEFAULTS;
+    one.microbatch = one.global_batch = BATCH;
+    for (int it = 0; it < 30; it++) {
+      par_plan_t pl;
+      if (par_plan_estimate(&mc, &one, &cl, &pp, &pl)) break;
+      pp.gemm_efficiency *= serial / pl.tokens_per_s;
+    }
+    cl.gpus_per_node = 2, cl.gpu_mem_bw /= 2;
+    for (int s = 0; s < 4; s++) {
+      par_layout_t lay = PAR_LAYOUT_DEFAULTS;
+      lay.dp = 2, lay.zero_stage = s, lay.microbatch = BATCH, lay.global_batch = 2 * BATCH;
+      par_plan_t pl;
+      if (par_plan_estimate(&mc, &lay, &cl, &pp, &pl) == 0)
+        printf("BENCH parallel.plan.dp2.zero%d value=%.0f unit=tokens/s baseline=%.0f ratio=%.3f\n", s, best[s],
+               pl.tokens_per_s, best[s] / pl.tokens_per_s);
+    }
+    printf("bench_parallel_zero: the planner calibrated on the serial run (%.0f tokens/s): gemm_efficiency %.3f\n",
+           serial, pp.gemm_efficiency);
     for (int s = 0; s < 4; s++) {
       par_layout_t lay = PAR_LAYOUT_DEFAULTS;
       lay.dp = 2, lay.zero_stage = s, lay.microbatch = BATCH, lay.global_batch = 2 * BATCH;

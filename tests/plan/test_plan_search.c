@@ -228,3 +228,47 @@ Test(cluster, keys_cover_every_field) {
   cr_expect_eq(memcmp(&p, &q, sizeof p), 0);
   cr_expect_eq(par_plan_params_set(&q, "gemm_eff", 0.5), STRATA_ENOTFOUND);
 }
+
+/* ZeRO-3 without model parallelism for GPT-3 175B on 1536 A100 (the
+ * comparison of Megatron-LM's sec. 5): each rank gathers and reduces 3 Psi
+ * per step whatever the data-parallel degree, one collective per region with
+ * the ring's latency over 1535 hops, while its compute shrinks with the
+ * microbatch. At microbatch 1 the forward's gathers outlast the forward's
+ * compute (exposed communication), and the search prefers a 3D layout by
+ * tokens/s; at 1/4 of the ranks (microbatch 4) the same gathers hide. */
+Test(search, zero3_against_3d_for_gpt3) {
+  par_gpt_config_t m = {.layers = 96, .hidden = 12288, .heads = 96, .seq = 2048, .vocab = 51200, .recompute = 1};
+  par_cluster_t c;
+  par_cluster_preset("dgx-a100-80gb", &c, NULL, 0);
+  c.nodes = 192;
+  par_layout_t z = PAR_LAYOUT_DEFAULTS;
+  z.dp = 1536, z.zero_stage = 3, z.microbatch = 1, z.global_batch = 1536, z.precision = PAR_PREC_BF16;
+  par_plan_t r;
+  cr_assert_eq(par_plan_estimate(&m, &z, &c, NULL, &r), 0, "%s", r.why);
+  double exposed = r.time[PAR_T_ZERO3] + r.time[PAR_T_DP];
+  cr_expect(exposed > 0.1 * r.time[PAR_T_COMPUTE], "ZeRO-3 at microbatch 1: %.2f s exposed of %.2f s compute",
+            exposed, r.time[PAR_T_COMPUTE]);
+  /* the gathers' bytes are 2 Psi per microbatch, the reduce-scatter's Psi */
+  double psi = r.params * 2.0 * 1535.0 / 1536.0;
+  cr_expect(fabs(r.comm_bytes[PAR_T_ZERO3] / psi - 2.0) < 0.01 && fabs(r.comm_bytes[PAR_T_DP] / psi - 1.0) < 0.01,
+            "ZeRO-3 bytes %.3g + %.3g, Psi %.3g", r.comm_bytes[PAR_T_ZERO3], r.comm_bytes[PAR_T_DP], psi);
+  par_search_opts_t o = PAR_SEARCH_OPTS_DEFAULTS;
+  o.global_batch = 1536;
+  size_t n;
+  par_gpt_config_t mm = m;
+  mm.recompute = 0; /* the search tries both */
+  par_plan_entry_t *e = search(&mm, &c, &o, &n);
+  cr_assert(e[0].plan.fits);
+  cr_expect(e[0].layout.tp > 1 && e[0].layout.pp > 1, "best layout dp %d tp %d pp %d zero %d", e[0].layout.dp,
+            e[0].layout.tp, e[0].layout.pp, e[0].layout.zero_stage);
+  cr_expect(e[0].plan.tokens_per_s > 1.1 * r.tokens_per_s, "3D %.4g tokens/s, ZeRO-3 %.4g", e[0].plan.tokens_per_s,
+            r.tokens_per_s);
+  free(e);
+  /* 384 ranks, microbatch 4: the same communication hides behind 4x the compute */
+  c.nodes = 48;
+  z.dp = 384, z.microbatch = 4;
+  cr_assert_eq(par_plan_estimate(&m, &z, &c, NULL, &r), 0, "%s", r.why);
+  exposed = r.time[PAR_T_ZERO3] + r.time[PAR_T_DP];
+  cr_expect(exposed < 0.02 * r.time[PAR_T_COMPUTE], "ZeRO-3 at microbatch 4: %.2f s exposed of %.2f s", exposed,
+            r.time[PAR_T_COMPUTE]);
+}

@@ -351,10 +351,19 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
   }
 
   /* Data parallel reduction over dp x sp replicas (ZeRO sec. 7): plain and
-   * stage 1: allreduce (reduce-scatter + allgather) once per step; stage 2:
-   * reduce-scatter after every microbatch's backward + allgather of the
-   * updated parameters; stage 3: the reduce-scatters plus two parameter
-   * allgathers (forward, backward) per microbatch. */
+   * stage 1: allreduce (reduce-scatter + allgather) once per step, hidden
+   * behind the last microbatch's backward; stage 2: a reduce-scatter after
+   * every microbatch's backward + an allgather of the updated parameters;
+   * stage 3: per microbatch an allgather of the parameters before forward,
+   * another before backward (recomputation runs inside a block's backward
+   * on the same gathered parameters) and the reduce-scatter: 3 Psi.
+   * Stages 2 and 3 issue one collective per region (the embeddings, each
+   * block, the final layernorm), as strata's engine and FSDP do, and each
+   * pays the ring's latency (N-1) alpha: at thousands of ranks, 10 us a hop
+   * costs tens of ms per block. A pass hides its collectives behind its
+   * compute as far as the compute lasts (the next region is prefetched
+   * while this one computes) and never the first region's, which nothing
+   * precedes. */
   double nd = (double)l->dp * l->sp;
   double grads = out->params_device * wb;
   double t_dp = 0.0, dp_bytes = 0.0, t_z3 = 0.0, z3_bytes = 0.0;
@@ -362,26 +371,28 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
   if (nd > 1) {
     plan_group_link(c, p, l->tp, (int)nd, &lk);
     double frac = (nd - 1) / nd;
-    double window; /* backward time that can hide the reduction */
+    double regions = ls + 2.0;                                 /* blocks, embeddings, final LN */
+    double pass = plan_gather_time(&lk, grads) + (regions - 1.0) * (nd - 1.0) * lk.lat;
     if (l->zero_stage <= 1) {
       dp_bytes = 2.0 * frac * grads;
-      t_dp = plan_allreduce_time(&lk, grads);
-      window = t_bwd_mb;
+      t_dp = fmax(0.0, plan_allreduce_time(&lk, grads) - p->dp_overlap * t_bwd_mb);
+    } else if (l->zero_stage == 2) {
+      /* a reduce-scatter pass behind every microbatch's backward */
+      dp_bytes = mb * frac * grads + frac * grads;
+      double hide = p->dp_overlap * t_bwd_mb;
+      t_dp = mb * fmax(0.0, pass - hide) + plan_gather_time(&lk, grads);
     } else {
+      /* forward: a gather pass against the forward's compute; backward:
+       * a gather pass and a reduce-scatter pass (one link, one after the
+       * other) against backward and recomputation */
       dp_bytes = mb * frac * grads;
-      t_dp = mb * plan_gather_time(&lk, grads);
-      window = mb * t_bwd_mb;
-      if (l->zero_stage == 2) {
-        dp_bytes += frac * grads;
-        t_dp += plan_gather_time(&lk, grads);
-      }
-    }
-    t_dp = fmax(0.0, t_dp - p->dp_overlap * window);
-    if (l->zero_stage == 3) {
-      double gathers = mb * (2.0 + rc_);
-      z3_bytes = gathers * frac * grads;
-      double t = gathers * plan_gather_time(&lk, grads);
-      t_z3 = fmax(t * (1.0 - p->zero3_overlap), t - mb * t_mb);
+      z3_bytes = mb * 2.0 * frac * grads;
+      double hide = p->zero3_overlap;
+      double t_fwd = t_mb * fwd / passes, t_back = t_mb * (bwd + rc_) / passes;
+      double exp_f = fmax(0.0, pass - hide * t_fwd) + pass / regions;
+      double exp_b = fmax(0.0, 2.0 * pass - hide * t_back) + 2.0 * pass / regions;
+      t_z3 = mb * (exp_f + exp_b / 2.0); /* the gathers' share of backward's exposure */
+      t_dp = mb * exp_b / 2.0;           /* the reduce-scatters' */
     }
   }
 
