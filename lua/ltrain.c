@@ -26,6 +26,7 @@ par_data_t *lstrata_todata(lua_State *L, int idx);
 typedef struct {
   par_engine_t *e; /* freed by run_free, also on errors through __gc */
   long log_every, kill_step;
+  int fp16; /* the progress line shows the loss scale */
   int tty;
   double flops_per_token, peak; /* model FLOPs per token; sgemm peak of one rank (0: unknown) */
   const char *resume, *ckpt; /* held by the configuration table */
@@ -152,7 +153,7 @@ static void progress(void *ctx, const par_progress_t *p) {
     return;
   }
   if (p->rank == 0 && (r->tty || p->step % r->log_every == 0 || p->evaluated || p->step == p->steps)) {
-    char etas[32], els[32], vals[32] = "", mfu[32] = "";
+    char etas[32], els[32], vals[32] = "", mfu[32] = "", scale[64] = "";
     fmt_duration(etas, sizeof etas, p->eta_s);
     fmt_duration(els, sizeof els, p->elapsed_s);
     if (!isnan(p->last_val_loss)) snprintf(vals, sizeof vals, " | val %.4f", p->last_val_loss);
@@ -160,14 +161,15 @@ static void progress(void *ctx, const par_progress_t *p) {
      * the measured GEMM peak of every rank */
     double flops = r->flops_per_token * p->tokens_per_s;
     if (r->peak > 0) snprintf(mfu, sizeof mfu, " (MFU %.0f%%)", 100 * flops / (r->peak * p->ranks));
+    if (r->fp16) snprintf(scale, sizeof scale, " | scale %g (%ld skipped)", p->loss_scale, p->overflows);
     if (r->tty)
-      fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank | %s, ETA %s   ",
+      fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank%s | %s, ETA %s   ",
               p->step, p->steps, p->loss, vals, p->tokens_per_s / 1e3, flops / 1e9, mfu,
-              (double)p->mem_peak / (1 << 20), els, etas);
+              (double)p->mem_peak / (1 << 20), scale, els, etas);
     else
-      printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank | %s, ETA %s\n",
+      printf("step %ld/%ld | loss %.4f%s | lr %.3g | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank%s | %s, ETA %s\n",
              p->step, p->steps, p->loss, vals, p->lr, p->tokens_per_s / 1e3, flops / 1e9, mfu,
-             (double)p->mem_peak / (1 << 20), els, etas);
+             (double)p->mem_peak / (1 << 20), scale, els, etas);
     fflush(stdout);
   }
   if (p->step == r->kill_step) raise(SIGKILL); /* fault injection for tests */
@@ -217,6 +219,9 @@ static int l_train(lua_State *L) {
   lay.microbatch = (int)cfg_int(L, "train", "batch");
   lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
   lay.zero_stage = (int)cfg_int(L, "parallel", "zero");
+  const char *prec = cfg_str(L, "parallel", "precision");
+  lay.precision = !strcmp(prec, "bf16") ? PAR_PREC_BF16 : !strcmp(prec, "fp16") ? PAR_PREC_FP16 : PAR_PREC_FP32;
+  r->fp16 = lay.precision == PAR_PREC_FP16;
   par_optim_config_t oc = {
       .name = cfg_str(L, "optim", "name"), .lr = cfg_num(L, "optim", "lr"),
       .min_lr = cfg_num(L, "optim", "min_lr"), .schedule = cfg_str(L, "optim", "schedule"),
@@ -270,6 +275,8 @@ static int l_train(lua_State *L) {
                                                                                : PAR_ON_ERROR_STOP;
   eo.collective_timeout_s = 60 * cfg_num(L, "train", "collective_timeout");
   eo.bucket_mb = cfg_num(L, "parallel", "bucket_mb");
+  eo.loss_scale = cfg_num(L, "train", "loss_scale");
+  eo.loss_scale_window = (int)cfg_int(L, "train", "loss_scale_window");
   r->resume = to.resume;
   r->ckpt = to.ckpt_path;
 
@@ -293,6 +300,8 @@ static int l_train(lua_State *L) {
     size_t np = par_gpt_param_count(&mc);
     char zero[32] = "";
     if (lay.zero_stage > 0) snprintf(zero, sizeof zero, ", ZeRO-%d", lay.zero_stage);
+    if (lay.precision != PAR_PREC_FP32)
+      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", %s", prec);
     printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; sgemm peak %.0f "
            "GFLOP/s per rank (%s)\n",
            name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, zero, size,

@@ -79,6 +79,14 @@ int optim_scaler_update(optim_scaler *s, int found_nonfinite, int *skip) {
   return STRATA_OK;
 }
 
+int optim_scaler_restore(optim_scaler *s, float scale, int good, long skipped) {
+  if (!s || !(scale >= s->cfg.min_scale && scale <= s->cfg.max_scale) || good < 0 ||
+      good >= s->cfg.window || skipped < 0)
+    return STRATA_EINVAL;
+  s->scale = scale, s->good = good, s->skipped = skipped;
+  return STRATA_OK;
+}
+
 long optim_scaler_skipped(const optim_scaler *s) {
   return s ? s->skipped : 0;
 }

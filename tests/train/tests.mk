@@ -4,3 +4,4 @@ TEST_SUITES += mpi:tests/train/mpi.list
 $(eval $(call strata_program,engine_faults,tests/train/engine_faults.c,parallel))
 $(eval $(call strata_program,zero_equiv,tests/train/zero_equiv.c,parallel))
 $(eval $(call strata_program,zero_reshard,tests/train/zero_reshard.c,parallel))
+$(eval $(call strata_program,mixed_precision,tests/train/mixed_precision.c,parallel))

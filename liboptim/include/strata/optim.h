@@ -217,6 +217,11 @@ STRATA_API int optim_scaler_update(optim_scaler *s, int found_nonfinite, int *sk
 /* Steps skipped so far, and good steps since the last change of scale. */
 STRATA_API long optim_scaler_skipped(const optim_scaler *s);
 STRATA_API int optim_scaler_good_steps(const optim_scaler *s);
+/* Puts back a state read from a checkpoint: the scale (within the
+ * configuration's [min_scale, max_scale]), the good steps since its last
+ * change (in [0, window)) and the steps skipped. STRATA_EINVAL names a value
+ * out of range. */
+STRATA_API int optim_scaler_restore(optim_scaler *s, float scale, int good, long skipped);
 
 #ifdef __cplusplus
 }

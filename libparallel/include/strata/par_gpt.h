@@ -117,6 +117,9 @@ STRATA_API int par_gpt_forward(par_gpt_t *model, const int32_t *tokens, const in
 /* Backward of the last forward with targets: ACCUMULATES d(mean loss)/d(params)
  * into the flat gradients. STRATA_ESTATE without such a forward. */
 STRATA_API int par_gpt_backward(par_gpt_t *model);
+/* Multiplies the gradients backward computes by scale (> 0; 1 at creation):
+ * the loss scaling of fp16 training (arXiv 1710.03740 sec. 3.2). */
+STRATA_API int par_gpt_set_loss_scale(par_gpt_t *model, float scale);
 /* Waits until the model's queued device work is done (no-op on the CPU). */
 STRATA_API int par_gpt_synchronize(par_gpt_t *model);
 /* Sets all gradients to zero. */

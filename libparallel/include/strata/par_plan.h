@@ -96,6 +96,9 @@ typedef struct {
   double bwd_scratch_token_elems; /* activation-gradient buffers live during one block's
                                backward, per token x hidden (14: residual, layernorm,
                                qkv 3, attention output, fc 4, GeLU 4) */
+  double act_elem_bytes;    /* bytes per activation element; 0: by the precision (2 for
+                               bf16/fp16, 4 for fp32); strata's engine computes in fp32
+                               under every precision: 4 */
   double mask_bytes;        /* bytes per dropout-mask element kept for backward (1: a
                                byte mask as Megatron; 0: a model without dropout) */
   double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
@@ -121,6 +124,7 @@ typedef struct {
    .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_token_replicated = 11.0,          \
    .ew_passes_score = 6.5, .act_token_elems = 16.0, .act_token_elems_replicated = 4.0,            \
    .act_score_elems = 2.0, .bwd_scratch_token_elems = 14.0, .mask_bytes = 1.0,                    \
+   .act_elem_bytes = 0.0,                                                                         \
    .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5,            \
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
    .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .shard_align = 16.0,                \

@@ -108,14 +108,24 @@ typedef struct {
   /* Testing: seconds to wait before posting each gradient reduction, to
    * show that backward goes on while reductions are in flight; 0. */
   double delay_reductions_s;
+  /* fp16 (layout.precision): dynamic loss scaling (arXiv 1710.03740 sec.
+   * 3.2) starting at loss_scale (0: 65536), halved at each step whose
+   * gradients overflow (skipped, on every rank alike), doubled after
+   * loss_scale_window good steps in a row (0: 1000), between 1 and 2^24
+   * (or the initial scale when outside). */
+  double loss_scale;
+  int loss_scale_window;
 } par_engine_options_t;
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
-   .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0}
+   .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
+   .loss_scale = 0.0, .loss_scale_window = 0}
 
 /* Creates the engine: validates the layout against the communicator
- * (par_layout_validate; this build trains dp x 1 x 1 x 1, fp32, with ZeRO
- * stage layout.zero_stage 0..3),
+ * (par_layout_validate; this build trains dp x 1 x 1 x 1 with ZeRO stage
+ * layout.zero_stage 0..3, in layout.precision: fp32, or bf16 or fp16
+ * parameters, gradients and communication with fp32 masters and fp32
+ * compute),
  * builds the model (initialised from opts.seed) and the optimizer. A step
  * takes layout.global_batch sequences: each data-parallel rank computes
  * global_batch / dp of them in microbatches of layout.microbatch, and the
@@ -138,6 +148,10 @@ typedef struct {
   double seconds;   /* wall time of the step (data, compute, communication, update) */
   int stop;         /* a rank's stop flag was set (par_engine_watch_stop): the same on every rank */
   int skipped;      /* the loss or the gradients were not finite: no update was applied */
+  double loss_scale; /* the scale the loss was multiplied by in backward (fp16; else 1) */
+  int overflow;     /* fp16: skipped because the scaled gradients overflowed somewhere; the
+                       scale was lowered (not divergence; at the scale's floor it is) */
+  int overflow_here; /* this rank's part of the gradients held the non-finite values */
   /* Seconds from the step's start: when its last backward finished, when its
    * first gradient reduction was posted and when it was first seen
    * complete (0: none), to show that reductions overlap the backward. */
@@ -206,14 +220,18 @@ STRATA_API int par_engine_get_params(par_engine_t *e, float *out);
 /* What the engine holds on this rank. */
 typedef struct {
   int zero, ranks;
+  int precision;         /* par_precision_t */
+  double loss_scale;     /* the current loss scale (fp16; else 1) */
   size_t params_padded;  /* parameters with each region padded to ranks x aligned shards */
   size_t shard_elems;    /* this rank's shard of them */
   size_t state_bytes[3]; /* persistent bytes: parameters, gradients, optimizer state
                             (ZeRO's model states, arXiv 1910.02054 sec. 5, for
-                            params_padded parameters) */
+                            params_padded parameters; under mixed precision 2 + 2
+                            bytes and the fp32 masters with the optimizer's state) */
   int buckets;           /* ZeRO-0 gradient buckets */
   size_t buffer_peak;    /* the most bytes of buffers a pass took and gave back
-                            (ZeRO-2's gradient buckets, ZeRO-3's gathered regions) */
+                            (ZeRO-2's gradient buckets, ZeRO-3's gathered regions,
+                            the fp32 working copies of mixed precision) */
 } par_engine_info_t;
 STRATA_API int par_engine_info(const par_engine_t *e, par_engine_info_t *out);
 
@@ -238,6 +256,8 @@ typedef struct {
   size_t mem_peak;           /* bytes, this rank */
   int evaluated, saved;      /* this step evaluated / wrote a checkpoint */
   long last_ckpt_step;       /* the latest complete checkpoint (-1: none yet) */
+  double loss_scale;         /* fp16: this step's loss scale (1 otherwise) */
+  long overflows;            /* fp16: steps of this run skipped for an overflow so far */
 } par_progress_t;
 
 typedef struct {

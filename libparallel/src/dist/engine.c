@@ -64,8 +64,12 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d optimizer tensors", e->npieces);
   for (int i = 0; i < e->npieces; i++) {
     float *p, *g, *m, *v;
-    state_piece_ptrs(e, i, &p, &g, &m, &v);
-    e->tens[i] = (optim_tensor){.param = p, .grad = g, .m = m, .v = v,
+    void *lowp;
+    state_piece_ptrs(e, i, &p, &g, &m, &v, &lowp);
+    e->tens[i] = (optim_tensor){.param = p, .grad = g, .m = m, .v = v, .lowp = lowp,
+                                .lowp_dtype = !e->mixed              ? OPTIM_LOWP_NONE
+                                              : e->wdt == TENSOR_BF16 ? OPTIM_LOWP_BF16
+                                                                      : OPTIM_LOWP_F16,
                                 .group = e->groups[par_gpt_view(e->model, e->pieces[i].view)->decay ? 0 : 1],
                                 .n = e->pieces[i].n};
   }
@@ -92,9 +96,22 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
                        "layout tp %d, pp %d, sp %d: this engine trains data parallel with ZeRO "
                        "(tp = pp = sp = 1)",
                        lay->tp, lay->pp, lay->sp);
-  if (lay->precision != PAR_PREC_FP32)
-    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "layout: precision %d: this engine trains in fp32",
-                       (int)lay->precision);
+  e->mixed = lay->precision != PAR_PREC_FP32;
+  e->wdt = lay->precision == PAR_PREC_BF16 ? TENSOR_BF16 : lay->precision == PAR_PREC_FP16 ? TENSOR_F16 : TENSOR_F32;
+  e->cdt = lay->precision == PAR_PREC_BF16 ? COMM_BF16 : lay->precision == PAR_PREC_FP16 ? COMM_F16 : COMM_F32;
+  if (lay->precision == PAR_PREC_FP16) { /* dynamic loss scaling */
+    optim_scaler_config sc = OPTIM_SCALER_DEFAULTS;
+    char serr[256];
+    if (e->opts.loss_scale > 0) sc.init_scale = (float)e->opts.loss_scale;
+    if (e->opts.loss_scale_window > 0) sc.window = e->opts.loss_scale_window;
+    if (sc.init_scale > sc.max_scale) sc.max_scale = sc.init_scale;
+    if (sc.init_scale < sc.min_scale) sc.min_scale = sc.init_scale;
+    if (!(e->opts.loss_scale >= 0 && isfinite(e->opts.loss_scale)) || e->opts.loss_scale_window < 0 ||
+        optim_scaler_create(&e->scaler, &sc, serr, sizeof serr) != STRATA_OK)
+      return engine_fail(e, 1, STRATA_EINVAL, "loss scale %g, window %d: need a finite scale > 0 and a window >= 1",
+                         e->opts.loss_scale, e->opts.loss_scale_window);
+    e->scaler_min = sc.min_scale;
+  }
   if (e->opts.bucket_mb <= 0)
     return engine_fail(e, 1, STRATA_EINVAL, "bucket size %g MiB must be > 0", e->opts.bucket_mb);
   e->zero = lay->zero_stage;
@@ -102,8 +119,9 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   e->accum = lay->global_batch / (lay->dp * lay->microbatch); /* >= 1: validated */
   snprintf(e->model_desc, sizeof e->model_desc, "layers=%d hidden=%d heads=%d seq=%d vocab=%d",
            mc->layers, mc->hidden, mc->heads, mc->seq, mc->vocab);
-  snprintf(e->layout_desc, sizeof e->layout_desc, "dp=%d tp=1 pp=1 sp=1 zero=%d ranks=%d threads=%d",
-           lay->dp, e->zero, e->size, e->opts.threads);
+  static const char *const precs[] = {"fp32", "bf16", "fp16"};
+  snprintf(e->layout_desc, sizeof e->layout_desc, "dp=%d tp=1 pp=1 sp=1 zero=%d precision=%s ranks=%d threads=%d",
+           lay->dp, e->zero, precs[lay->precision], e->size, e->opts.threads);
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
                        e->opts.seq, mc->seq);
@@ -165,6 +183,7 @@ void par_engine_destroy(par_engine_t *e) {
   state_destroy(e);
   par_gpt_destroy(e->model);
   optim_destroy(e->opt);
+  optim_scaler_destroy(e->scaler);
   comm_destroy(e->comm);
   free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg);
   free(e);
@@ -180,6 +199,8 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   memset(out, 0, sizeof *out);
   out->zero = e->zero;
   out->ranks = e->size;
+  out->precision = e->layout.precision;
+  out->loss_scale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0;
   out->params_padded = e->nfull;
   out->shard_elems = e->nshard;
   out->buckets = e->nbuckets;
@@ -189,19 +210,23 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
 }
 
 /* The whole parameters in the model's flat layout, on every rank: stages
- * 0-2 hold them (padding left out), stage 3 gathers each region. */
+ * 0-2 hold them (padding left out), stage 3 gathers each region; under
+ * mixed precision the fp32 masters (gathered from stage 1 on). */
 int par_engine_get_params(par_engine_t *e, float *out) {
   int rc = STRATA_OK;
   if (!e || !out) return STRATA_EINVAL;
   tensor_t buf = {0};
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
-    const float *src = e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL;
-    if (e->zero == 3) {
+    /* the fp32 values: the parameters, or under mixed precision the masters */
+    const float *src = e->mixed ? (e->zero == 0 ? (const float *)e->master.data + g->foff : NULL)
+                                : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
+    if (!src) { /* sharded: gathered */
       int64_t n = (int64_t)((size_t)e->size * g->shard);
+      const float *part = (const float *)(e->mixed ? e->master.data : e->shard_p.data) + g->soff;
       if ((rc = tensor_alloc(e->tc, &buf, TENSOR_F32, e->device, 1, &n)))
         return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
-      if ((rc = comm_allgather(e->comm, buf.data, (float *)e->shard_p.data + g->soff, g->shard, COMM_F32)))
+      if ((rc = comm_allgather(e->comm, buf.data, part, g->shard, COMM_F32)))
         rc = comm_failed(e, rc);
       src = buf.data;
     }
@@ -297,11 +322,14 @@ static int sum_views(par_engine_t *e, double *sq, int w) {
 
 /* The global gradient norm: per-piece sums of squares, summed per view over
  * the ranks (each view counted once). */
-static int grad_norm2(par_engine_t *e, double *total) {
+static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
   int rc;
+  double here = 0;
   *total = 0;
   if ((rc = optim_grad_sumsq(e->opt, e->sq, e->tens, e->npieces)) != STRATA_OK)
     return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
+  for (int i = 0; i < e->npieces; i++) here += e->sq[i];
+  *nonfinite_here = !isfinite(here);
   if (e->zero == 0 || e->size == 1) {
     for (int i = 0; i < e->npieces; i++) *total += e->sq[i];
     return STRATA_OK;
@@ -348,6 +376,8 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   optim_current_lr(e->opt, 0, &lr);
   e->hook_rc = STRATA_OK;
   e->t_first_post = e->t_first_done = e->t_backward_end = e->t_inflight = 0;
+  float lscale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0f;
+  par_gpt_set_loss_scale(e->model, lscale);
   int local = local_step(e, data, &l);
   if (e->hook_rc || (local != STRATA_OK && !e->err_all && local == STRATA_ETIMEOUT)) {
     state_release_all(e);
@@ -363,6 +393,7 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   }
   e->pending_rc = STRATA_OK;
   double ctl[3] = {l, e->stop_flag && *e->stop_flag ? 1 : 0, local != STRATA_OK ? 1 : 0};
+  out->loss_scale = lscale;
   if (e->size > 1) {
     if ((rc = comm_allreduce(e->comm, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK) return comm_failed(e, rc);
     ctl[0] /= e->size;
@@ -373,20 +404,29 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   out->lr = lr;
   if (isnan(e->loss0)) e->loss0 = out->loss;
   double total = 0, gnorm = 0;
-  if ((rc = grad_norm2(e, &total))) return rc;
-  /* The gradients hold the sum over the microbatches: dividing by their
-   * number (as a loss scale) gives the mean's norm and update. */
+  if ((rc = state_take_g32(e)) || (rc = grad_norm2(e, &total, &out->overflow_here))) goto done;
+  /* The gradients hold the loss scale times the sum over the microbatches:
+   * dividing by both gives the mean's norm and update. */
   float scale;
-  optim_grad_scale(total, (float)e->accum, (float)e->clip, &scale, &gnorm);
+  optim_grad_scale(total, (float)e->accum * lscale, (float)e->clip, &scale, &gnorm);
   out->grad_norm = gnorm;
-  /* The loss and the norm are every rank's: every rank decides alike. */
+  /* The loss and the norm are every rank's: every rank decides alike, the
+   * loss scaler's overflow too (a rank whose shard holds no inf skips with
+   * the others). */
+  if (e->scaler && isfinite(out->loss)) {
+    int skip = 0;
+    optim_scaler_update(e->scaler, !isfinite(gnorm), &skip);
+    out->overflow = skip && lscale > e->scaler_min; /* at the floor it is divergence */
+  }
   if (!isfinite(gnorm) || !isfinite(out->loss)) {
     out->skipped = 1;
   } else if ((rc = update(e, scale)) || (rc = state_gather_updates(e))) {
-    return rc;
+    goto done;
   }
   out->seconds = engine_now() - t0;
-  return STRATA_OK;
+done:
+  state_drop_g32(e);
+  return rc;
 }
 
 void par_engine_watch_stop(par_engine_t *e, const volatile sig_atomic_t *flag) {

@@ -27,7 +27,7 @@ static void part(par_engine_t *e, const int *piece_of, int i, char what, int64_t
     size_t lo = v->numel * (size_t)e->rank / (size_t)e->size, hi = v->numel * (size_t)(e->rank + 1) / (size_t)e->size;
     int k = piece_of[i]; /* stage 0 holds the whole view as one piece */
     float *p, *g, *m, *s;
-    state_piece_ptrs(e, k, &p, &g, &m, &s);
+    state_piece_ptrs(e, k, &p, &g, &m, &s, NULL);
     float *base = what == 'p' ? p : what == 'm' ? m : s;
     *off = (int64_t)lo, *cnt = (int64_t)(hi - lo), *data = base ? base + lo : NULL;
     return;
@@ -35,7 +35,7 @@ static void part(par_engine_t *e, const int *piece_of, int i, char what, int64_t
   int k = piece_of[i];
   if (k < 0) return;
   float *p, *g, *m, *s;
-  state_piece_ptrs(e, k, &p, &g, &m, &s);
+  state_piece_ptrs(e, k, &p, &g, &m, &s, NULL);
   *off = (int64_t)e->pieces[k].a, *cnt = (int64_t)e->pieces[k].n;
   *data = what == 'p' ? p : what == 'm' ? m : s;
 }
@@ -113,6 +113,13 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
   char l0[32];
   snprintf(l0, sizeof l0, "%.17g", e->loss0);
   CK(par_ckpt_set_str(c, "initial_loss", l0));
+  if (e->scaler) { /* fp16: the loss scaler, for an exact resume */
+    double sc[3] = {optim_scaler_scale(e->scaler), optim_scaler_good_steps(e->scaler),
+                    (double)optim_scaler_skipped(e->scaler)};
+    char s[96];
+    snprintf(s, sizeof s, "%.9g %.0f %.0f", sc[0], sc[1], sc[2]);
+    CK(par_ckpt_set_str(c, "loss_scaler", s));
+  }
   for (int i = 0; i < nattrs; i++) CK(par_ckpt_set_str(c, attrs[i].name, attrs[i].value));
   CK(par_ckpt_commit(c));
 done:
@@ -124,18 +131,19 @@ done:
 }
 
 /* What a rank reads of view i: the whole view where its layout keeps it
- * whole (the parameters of stages 0-2, the optimizer state of stage 0),
+ * whole (the parameters of stages 0-2, the optimizer state of stage 0;
+ * under mixed precision the masters, laid out as the optimizer state),
  * else its piece. */
 static void read_part(par_engine_t *e, const int *piece_of, int i, char what, int64_t *off, int64_t *cnt,
                       float **data) {
-  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2);
+  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2 && !e->mixed);
   if (!whole) {
     part(e, piece_of, i, what, off, cnt, data);
     return;
   }
   const par_gpt_view_t *v = par_gpt_view(e->model, i);
   float *p, *g, *m, *s;
-  if (e->zero == 0) state_piece_ptrs(e, piece_of[i], &p, &g, &m, &s);
+  if (e->zero == 0) state_piece_ptrs(e, piece_of[i], &p, &g, &m, &s, NULL);
   else { /* stages 1-2: the full parameters, at the view's place */
     int r = 0;
     while (r + 1 < e->nregions && (int)i >= e->regions[r + 1].first_view) r++;
@@ -184,6 +192,20 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   char *l0 = NULL; /* absent from checkpoints of earlier versions */
   if (par_ckpt_get_str(c, "initial_loss", &l0) == STRATA_OK) e->loss0 = strtod(l0, NULL);
   free(l0);
+  char *ls = NULL; /* fp16 runs: the loss scaler (a run that was not fp16 starts it afresh) */
+  if (e->scaler && par_ckpt_get_str(c, "loss_scaler", &ls) == STRATA_OK) {
+    double sc = 0, good = -1, skipped = -1;
+    if (sscanf(ls, "%lf %lf %lf", &sc, &good, &skipped) != 3 ||
+        optim_scaler_restore(e->scaler, (float)sc, (int)good, (long)skipped) != STRATA_OK) {
+      snprintf(err, sizeof err, "checkpoint '%s': loss_scaler = '%s' is not a scale within this run's "
+               "range, good steps below its window and a count of skipped steps", path, ls);
+      free(ls);
+      rc = STRATA_EINVAL;
+      goto done;
+    }
+  }
+  free(ls);
+  CK(state_sync_lowp(e));
   par_data_set_position(data, (uint64_t)pos);
   optim_set_step(e->opt, (long)ost);
   *step = (long)st;

@@ -24,6 +24,8 @@ typedef struct {
   size_t soff;              /* its start in this rank's shard buffers */
   int first_view, nviews;
   tensor_t gathered;        /* ZeRO-3: its parameters while gathered (data NULL: released) */
+  tensor_t wp, wg;          /* mixed precision: fp32 working copies of its parameters and
+                               gradients while the model uses them */
   tensor_t grads;           /* ZeRO-2/3: this pass's gradients (data NULL: released) */
   comm_request_t *gather;   /* ZeRO-3: the gather in flight */
   comm_request_t *reduce;   /* the reduction of its gradients in flight */
@@ -56,6 +58,18 @@ struct par_engine {
   tensor_t full_p, full_g;   /* ZeRO 0-2 parameters; ZeRO 0-1 gradients (padded layout) */
   tensor_t shard_p, shard_g; /* ZeRO-3 parameters; ZeRO 2-3 gradients (this rank's) */
   tensor_t m, v;             /* optimizer state: full (ZeRO-0) or this rank's shard */
+  /* Mixed precision (layout.precision bf16 or fp16): the parameters and
+   * gradients above, and the pass's buffers, hold 16-bit values; the model
+   * computes in fp32 on working copies of one region at a time; the
+   * optimizer updates fp32 masters, laid out as m and v, and writes the
+   * 16-bit copy in the same pass. */
+  int mixed;
+  tensor_dtype_t wdt;   /* dtype of parameters and gradients: f32, bf16 or f16 */
+  comm_dtype_t cdt;     /* the same, for libcomm */
+  tensor_t master;      /* fp32 masters (mixed) */
+  tensor_t g32;         /* fp32 gradients of the update, laid out as m (mixed; taken per step) */
+  optim_scaler *scaler; /* fp16: the dynamic loss scale */
+  float scaler_min;     /* its floor */
   int state_arrays;          /* par_optim_state_arrays: bit 0 m, bit 1 v */
   size_t state_bytes[3];     /* persistent bytes: parameters, gradients, optimizer state */
   size_t buf_bytes, buf_peak; /* the pass's transient buffers (take/give_back in state.c) */
@@ -114,10 +128,20 @@ int state_zero_grads(par_engine_t *e);
 int state_finish_reductions(par_engine_t *e);
 /* After the update: ZeRO 1-2 gather the updated shards into the full parameters. */
 int state_gather_updates(par_engine_t *e);
+/* Mixed precision: the 16-bit parameters from the fp32 masters (each rank
+ * rounds its part; stages 1-2 gather them). */
+int state_sync_lowp(par_engine_t *e);
+/* Mixed precision: takes the step's fp32 gradients (g32) from the 16-bit
+ * ones this rank updates from, and points the optimizer's tensors at them;
+ * state_drop_g32 gives them back. */
+int state_take_g32(par_engine_t *e);
+void state_drop_g32(par_engine_t *e);
 /* The optimizer's pieces over this rank's state. */
 int state_pieces(par_engine_t *e);
-/* Pointers of piece i into the parameters, gradients, m and v. */
-void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v);
+/* Pointers of piece i into the parameters the optimizer updates (the
+ * masters under mixed precision), its gradients (g32 then; NULL outside a
+ * step), m and v; *lowp (may be NULL) the 16-bit parameters (NULL in fp32). */
+void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v, void **lowp);
 /* The flat layout element of the full buffers / of the shard buffers. */
 float *state_full_params(par_engine_t *e);
 /* Releases what a pass left gathered (ZeRO-3) after an error. */

@@ -28,7 +28,18 @@
  * backward. ZeRO-3 gathers the next region while the current one computes.
  * The tied embedding (used at both ends of each pass) stays gathered
  * through a pass, so each pass gathers every parameter once: ZeRO's 3 Psi
- * per step. */
+ * per step.
+ *
+ * Mixed precision (bf16 or fp16; Micikevicius et al., arXiv 1710.03740):
+ * the parameters, gradients and pass buffers above hold 16-bit values, so
+ * that they take 2 + 2 bytes per parameter and every collective moves 16-bit
+ * elements; the optimizer keeps fp32 masters beside m and v (ZeRO's
+ * K = 12 for Adam) and writes the 16-bit copy as it updates. The model
+ * computes in fp32: at a region's NEED its 16-bit parameters are widened
+ * into an fp32 working copy (ZeRO-3: the gathered region, released at
+ * once), its fp32 gradients are rounded into the 16-bit storage at GRADS
+ * (added in fp32 to the earlier microbatches' and rounded once), and both
+ * copies go at DONE. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,12 +50,12 @@
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* A zeroed buffer of n floats on the model's device, counted by its accountant. */
-static int alloc(par_engine_t *e, tensor_t *t, size_t n, const char *what) {
+/* A zeroed buffer of n elements of dt on the model's device, counted by its accountant. */
+static int alloc(par_engine_t *e, tensor_t *t, tensor_dtype_t dt, size_t n, const char *what) {
   int64_t len = (int64_t)(n ? n : 1);
-  int rc = tensor_alloc(e->tc, t, TENSOR_F32, e->device, 1, &len);
+  int rc = tensor_alloc(e->tc, t, dt, e->device, 1, &len);
   if (!rc) rc = tensor_zero(e->tc, t);
-  if (rc) return engine_fail(e, 0, rc, "%s (%zu floats): %s", what, n, tensor_last_error(e->tc));
+  if (rc) return engine_fail(e, 0, rc, "%s (%zu elements): %s", what, n, tensor_last_error(e->tc));
   return STRATA_OK;
 }
 
@@ -55,19 +66,66 @@ static void release(par_engine_t *e, tensor_t *t) {
 
 static float *F(const tensor_t *t) { return t->data; }
 
+/* Element i of t, whatever its dtype. */
+static void *at(const tensor_t *t, size_t i) {
+  return t->data ? (char *)t->data + i * tensor_dtype_size(t->dtype) : NULL;
+}
+
+static int tensor_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc)); }
+
 /* The buffers a pass takes and gives back (ZeRO-2's gradient buckets,
- * ZeRO-3's gathered regions), counted apart from the model states. */
-static int take(par_engine_t *e, tensor_t *t, size_t n, const char *what) {
-  int rc = alloc(e, t, n, what);
+ * ZeRO-3's gathered regions, the fp32 working copies of mixed precision),
+ * counted apart from the model states. */
+static int take(par_engine_t *e, tensor_t *t, tensor_dtype_t dt, size_t n, const char *what) {
+  int rc = alloc(e, t, dt, n, what);
   if (rc) return rc;
-  e->buf_bytes += n * sizeof(float);
+  e->buf_bytes += tensor_nbytes(t);
   if (e->buf_bytes > e->buf_peak) e->buf_peak = e->buf_bytes;
   return STRATA_OK;
 }
 
 static void give_back(par_engine_t *e, tensor_t *t) {
-  if (t->data) e->buf_bytes -= (size_t)tensor_numel(t) * sizeof(float);
+  if (t->data) e->buf_bytes -= tensor_nbytes(t);
   release(e, t);
+}
+
+/* dst[doff, doff + n) = src[soff, soff + n), converting between fp32 and
+ * 16-bit as their dtypes say (round to nearest even). */
+static int convert(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src, size_t soff,
+                   size_t n) {
+  if (!n) return STRATA_OK;
+  tensor_t d = tensor_view1(at(dst, doff), dst->dtype, e->device, (int64_t)n);
+  tensor_t s = tensor_view1(at(src, soff), src->dtype, e->device, (int64_t)n);
+  int rc = d.dtype == s.dtype ? tensor_copy(e->tc, &d, &s) : tensor_cast(e->tc, &d, &s);
+  return rc ? tensor_fail(e, rc) : STRATA_OK;
+}
+
+/* dst[doff, doff + n) += src[soff, soff + n): added in fp32 (16-bit values
+ * widened into taken buffers) and rounded to dst's dtype once. */
+static int accumulate(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src,
+                      size_t soff, size_t n) {
+  tensor_t a = {0}, b = {0};
+  int rc = STRATA_OK;
+  if (!n) return STRATA_OK;
+  tensor_t d = tensor_view1(at(dst, doff), dst->dtype, e->device, (int64_t)n);
+  tensor_t s = tensor_view1(at(src, soff), src->dtype, e->device, (int64_t)n);
+  tensor_t *x = &d, *y = &s;
+  if (d.dtype != TENSOR_F32) {
+    if ((rc = take(e, &a, TENSOR_F32, n, "fp32 accumulator")) || (rc = convert(e, &a, 0, &d, 0, n))) goto done;
+    x = &a;
+  }
+  if (s.dtype != TENSOR_F32) {
+    if ((rc = take(e, &b, TENSOR_F32, n, "fp32 accumulator")) || (rc = convert(e, &b, 0, &s, 0, n))) goto done;
+    y = &b;
+  }
+  if ((rc = tensor_add_forward(e->tc, x, x, y))) {
+    rc = tensor_fail(e, rc);
+    goto done;
+  }
+  if (x != &d) rc = convert(e, &d, 0, x, 0, n);
+done:
+  give_back(e, &a), give_back(e, &b);
+  return rc;
 }
 
 static int comm_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s", comm_last_error(e->comm)); }
@@ -79,22 +137,18 @@ static int comm_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s
  * this rank's place; ZeRO 2-3 add an accumulated microbatch into the shard
  * gradients and release the region's gradient bucket. */
 static int reduced(par_engine_t *e, region_t *g, int r) {
-  if (e->zero == 1 && e->rank > 0) {
-    tensor_t dst = tensor_view1(F(&e->full_g) + g->foff + (size_t)e->rank * g->shard, TENSOR_F32, e->device, (int64_t)g->shard);
-    tensor_t src = tensor_view1(F(&e->full_g) + g->foff, TENSOR_F32, e->device, (int64_t)g->shard);
-    int rc = tensor_copy(e->tc, &dst, &src);
-    if (rc) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
-  }
+  int rc;
+  if (e->zero == 1 && e->rank > 0 &&
+      (rc = convert(e, &e->full_g, g->foff + (size_t)e->rank * g->shard, &e->full_g, g->foff, g->shard)))
+    return rc;
   if (e->zero >= 2) {
-    if (g->reduce_into_scratch) {
-      tensor_t acc = tensor_view1(F(&e->shard_g) + g->soff, TENSOR_F32, e->device, (int64_t)g->shard);
-      tensor_t add = tensor_view1(F(&g->grads), TENSOR_F32, e->device, (int64_t)g->shard);
-      int rc = tensor_add_forward(e->tc, &acc, &acc, &add); /* the scratch is the bucket's head */
-      if (rc) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+    if (g->reduce_into_scratch) { /* the scratch is the bucket's head */
+      if ((rc = accumulate(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
       g->reduce_into_scratch = 0;
     }
     give_back(e, &g->grads);
-    par_gpt_bind(e->model, r, e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, NULL);
+    if (!e->mixed) /* the model's gradients pointed into the bucket */
+      par_gpt_bind(e->model, r, e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, NULL);
   }
   return STRATA_OK;
 }
@@ -129,9 +183,9 @@ static int progress(par_engine_t *e) {
 static int post_gather(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
   if (r < 0 || g->gathered.data || g->gather) return STRATA_OK;
-  int rc = take(e, &g->gathered, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
+  int rc = take(e, &g->gathered, e->wdt, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
   if (rc) return rc;
-  if ((rc = comm_iallgather(e->comm, F(&g->gathered), F(&e->shard_p) + g->soff, g->shard, COMM_F32, &g->gather)))
+  if ((rc = comm_iallgather(e->comm, g->gathered.data, at(&e->shard_p, g->soff), g->shard, e->cdt, &g->gather)))
     return comm_fail(e, rc);
   return STRATA_OK;
 }
@@ -156,9 +210,18 @@ static int on_need(par_engine_t *e, int r, int backward) {
     if ((rc = post_gather(e, r)) || (rc = post_gather(e, next_region(e, r, backward)))) return rc;
     if (g->gather && (rc = comm_wait(&g->gather)) != STRATA_OK) return comm_fail(e, rc);
   }
-  float *params = e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, *grads = NULL;
-  if (e->zero <= 1) grads = F(&e->full_g) + g->foff;
-  else if (backward) {
+  /* the stored parameters, in the compute precision of the layout */
+  const tensor_t *src = e->zero == 3 ? &g->gathered : &e->full_p;
+  size_t soff = e->zero == 3 ? 0 : g->foff;
+  float *params = at(src, soff), *grads = NULL;
+  if (e->mixed) { /* an fp32 working copy; ZeRO-3's gathered region goes at once */
+    if (!g->wp.data && ((rc = take(e, &g->wp, TENSOR_F32, g->n, "fp32 working parameters")) ||
+                        (rc = convert(e, &g->wp, 0, src, soff, g->n))))
+      return rc;
+    if (e->zero == 3) give_back(e, &g->gathered);
+    params = F(&g->wp);
+  }
+  if (backward && e->zero >= 2) {
     if (g->reduce) { /* the previous microbatch's reduction still reads the bucket */
       if ((rc = comm_wait(&g->reduce)) != STRATA_OK) return comm_fail(e, rc);
       if ((rc = reduced(e, g, r))) return rc;
@@ -174,7 +237,16 @@ static int on_need(par_engine_t *e, int r, int backward) {
       if (q == e->nregions - 1) observe_done(e);
       if ((rc = reduced(e, o, q))) return rc;
     }
-    if (!g->grads.data && (rc = take(e, &g->grads, (size_t)e->size * g->shard, "gradient bucket"))) return rc;
+  }
+  if (e->mixed) {
+    if (backward && !g->wg.data && (rc = take(e, &g->wg, TENSOR_F32, g->n, "fp32 working gradients")))
+      return rc;
+    grads = backward ? F(&g->wg) : NULL;
+  } else if (e->zero <= 1) {
+    grads = F(&e->full_g) + g->foff;
+  } else if (backward) {
+    if (!g->grads.data && (rc = take(e, &g->grads, e->wdt, (size_t)e->size * g->shard, "gradient bucket")))
+      return rc;
     grads = F(&g->grads);
   }
   return par_gpt_bind(e->model, r, params, grads);
@@ -182,6 +254,10 @@ static int on_need(par_engine_t *e, int r, int backward) {
 
 static int on_done(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
+  if (e->mixed) { /* the working copies leave until the next NEED */
+    give_back(e, &g->wp), give_back(e, &g->wg);
+    return par_gpt_bind(e->model, r, NULL, NULL);
+  }
   if (e->zero == 3 && !g->gather) { /* the parameters leave until the next NEED */
     give_back(e, &g->gathered);
     par_gpt_bind(e->model, r, NULL, F(&g->grads));
@@ -243,18 +319,28 @@ static void delay(double s) {
   if (s > 0) nanosleep(&ts, NULL);
 }
 
+/* Mixed precision: the region's fp32 gradients into the 16-bit storage the
+ * reductions read: ZeRO 0-1 the full gradients (a later microbatch added
+ * in fp32), ZeRO 2-3 a fresh bucket. */
+static int stage_grads(par_engine_t *e, region_t *g) {
+  int rc;
+  if (e->zero <= 1)
+    return e->microbatch == 0 ? convert(e, &e->full_g, g->foff, &g->wg, 0, g->n)
+                              : accumulate(e, &e->full_g, g->foff, &g->wg, 0, g->n);
+  if (!g->grads.data && (rc = take(e, &g->grads, e->wdt, (size_t)e->size * g->shard, "gradient bucket")))
+    return rc;
+  return convert(e, &g->grads, 0, &g->wg, 0, g->n);
+}
+
 static int post_reduction(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
   int rc = STRATA_OK;
   if (r == 0 && e->reducing) e->t_backward_end = engine_now();
+  if (e->mixed && (rc = stage_grads(e, g))) return rc;
   if (e->size == 1) { /* nothing to reduce; ZeRO 2-3 still move the bucket into the shard */
     if (e->zero >= 2) {
       g->reduce_into_scratch = e->microbatch > 0;
-      if (!g->reduce_into_scratch) {
-        tensor_t dst = tensor_view1(F(&e->shard_g) + g->soff, TENSOR_F32, e->device, (int64_t)g->shard);
-        tensor_t src = tensor_view1(F(&g->grads), TENSOR_F32, e->device, (int64_t)g->shard);
-        if ((rc = tensor_copy(e->tc, &dst, &src))) return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
-      }
+      if (!g->reduce_into_scratch && (rc = convert(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
       return reduced(e, g, r);
     }
     return STRATA_OK;
@@ -267,18 +353,18 @@ static int post_reduction(par_engine_t *e, int r) {
     if (r != e->bucket_lo[b]) return STRATA_OK; /* the bucket's lowest region completes it */
     region_t *lo = &e->regions[e->bucket_lo[b]], *hi = &e->regions[e->bucket_hi[b]];
     size_t count = hi->foff + (size_t)e->size * hi->shard - lo->foff;
-    float *p = F(&e->full_g) + lo->foff;
-    rc = comm_iallreduce(e->comm, p, p, count, COMM_F32, COMM_AVG, &e->bucket_req[b]);
+    void *p = at(&e->full_g, lo->foff);
+    rc = comm_iallreduce(e->comm, p, p, count, e->cdt, COMM_AVG, &e->bucket_req[b]);
   } else if (e->zero == 1) {
-    float *p = F(&e->full_g) + g->foff;
-    rc = comm_ireduce_scatter(e->comm, p, p, g->shard, COMM_F32, COMM_AVG, &g->reduce);
+    void *p = at(&e->full_g, g->foff);
+    rc = comm_ireduce_scatter(e->comm, p, p, g->shard, e->cdt, COMM_AVG, &g->reduce);
   } else {
     /* The first microbatch reduces straight into the shard gradients; a
      * later one into the bucket's own head (its part there is consumed by
      * MPI before the result lands), then added. */
     g->reduce_into_scratch = e->microbatch > 0;
-    float *recv = g->reduce_into_scratch ? F(&g->grads) : F(&e->shard_g) + g->soff;
-    rc = comm_ireduce_scatter(e->comm, recv, F(&g->grads), g->shard, COMM_F32, COMM_AVG, &g->reduce);
+    void *recv = g->reduce_into_scratch ? g->grads.data : at(&e->shard_g, g->soff);
+    rc = comm_ireduce_scatter(e->comm, recv, g->grads.data, g->shard, e->cdt, COMM_AVG, &g->reduce);
   }
   return rc ? comm_fail(e, rc) : STRATA_OK;
 }
@@ -306,8 +392,8 @@ int state_gather_updates(par_engine_t *e) {
   if (e->size == 1 || e->zero == 0 || e->zero == 3) return STRATA_OK;
   for (int r = 0; r < e->nregions && !rc; r++) { /* in place: this rank's part is already there */
     region_t *g = &e->regions[r];
-    float *p = F(&e->full_p) + g->foff;
-    rc = comm_iallgather(e->comm, p, p + (size_t)e->rank * g->shard, g->shard, COMM_F32, &g->gather);
+    rc = comm_iallgather(e->comm, at(&e->full_p, g->foff), at(&e->full_p, g->foff + (size_t)e->rank * g->shard),
+                         g->shard, e->cdt, &g->gather);
   }
   for (int r = 0; r < e->nregions; r++) {
     int w = comm_wait(&e->regions[r].gather);
@@ -322,9 +408,9 @@ void state_release_all(par_engine_t *e) {
     region_t *g = &e->regions[r];
     comm_wait(&g->gather), comm_wait(&g->reduce);
     g->reduce_into_scratch = 0;
-    if (e->zero >= 2) give_back(e, &g->grads);
-    if (e->zero == 3) give_back(e, &g->gathered);
+    give_back(e, &g->grads), give_back(e, &g->gathered), give_back(e, &g->wp), give_back(e, &g->wg);
   }
+  state_drop_g32(e);
 }
 
 int state_zero_grads(par_engine_t *e) {
@@ -363,7 +449,7 @@ static int region_of_view(const par_engine_t *e, int view) {
   return e->nregions - 1;
 }
 
-void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v) {
+void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v, void **lowp) {
   const piece_t *pc = &e->pieces[i];
   const par_gpt_view_t *vw = par_gpt_view(e->model, pc->view);
   const region_t *rg = &e->regions[region_of_view(e, pc->view)];
@@ -371,13 +457,73 @@ void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, f
   size_t full = rg->foff + rel;                              /* in the full buffers */
   size_t shard = rg->soff + rel - (size_t)e->rank * rg->shard; /* in the shard buffers */
   size_t st = e->zero == 0 ? full : shard;
-  *p = e->zero <= 2 ? F(&e->full_p) + full : F(&e->shard_p) + shard;
-  *g = e->zero <= 1 ? F(&e->full_g) + full : F(&e->shard_g) + shard;
+  void *stored = e->zero <= 2 ? at(&e->full_p, full) : at(&e->shard_p, shard);
+  if (e->mixed) {
+    *p = F(&e->master) + st;
+    *g = e->g32.data ? F(&e->g32) + st : NULL;
+  } else {
+    *p = stored;
+    *g = e->zero <= 1 ? F(&e->full_g) + full : F(&e->shard_g) + shard;
+  }
   *m = e->m.data ? F(&e->m) + st : NULL;
   *v = e->v.data ? F(&e->v) + st : NULL;
+  if (lowp) *lowp = e->mixed ? stored : NULL;
+}
+
+/* ------------------------------------------------------------ mixed precision */
+
+int state_sync_lowp(par_engine_t *e) {
+  int rc = STRATA_OK;
+  if (!e->mixed) return STRATA_OK;
+  for (int r = 0; r < e->nregions && !rc; r++) {
+    region_t *g = &e->regions[r];
+    if (e->zero == 0) rc = convert(e, &e->full_p, g->foff, &e->master, g->foff, (size_t)e->size * g->shard);
+    else if (e->zero == 3) rc = convert(e, &e->shard_p, g->soff, &e->master, g->soff, g->shard);
+    else rc = convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &e->master, g->soff, g->shard);
+  }
+  return rc ? rc : state_gather_updates(e);
+}
+
+int state_take_g32(par_engine_t *e) {
+  int rc;
+  if (!e->mixed) return STRATA_OK;
+  if ((rc = take(e, &e->g32, TENSOR_F32, e->zero == 0 ? e->nfull : e->nshard, "fp32 gradients of the update")))
+    return rc;
+  if (e->zero == 0) rc = convert(e, &e->g32, 0, &e->full_g, 0, e->nfull);
+  else if (e->zero >= 2) rc = convert(e, &e->g32, 0, &e->shard_g, 0, e->nshard);
+  else
+    for (int r = 0; r < e->nregions && !rc; r++) {
+      region_t *g = &e->regions[r];
+      rc = convert(e, &e->g32, g->soff, &e->full_g, g->foff + (size_t)e->rank * g->shard, g->shard);
+    }
+  for (int i = 0; i < e->npieces; i++) {
+    float *p, *gr, *m, *v;
+    state_piece_ptrs(e, i, &p, &gr, &m, &v, NULL);
+    e->tens[i].grad = gr;
+  }
+  return rc;
+}
+
+void state_drop_g32(par_engine_t *e) {
+  if (!e->g32.data) return;
+  give_back(e, &e->g32);
+  for (int i = 0; i < e->npieces && e->tens; i++) e->tens[i].grad = NULL;
 }
 
 /* ------------------------------------------------------------ create */
+
+/* The fp32 values a rank initialises in region g: its elements [*a, *b)
+ * (region-relative), stored from the returned pointer on: the whole region
+ * where the rank holds it (stages 0-2 in fp32, stage 0's masters), else
+ * its shard (by global index, so that every layout draws the same values). */
+static float *init_range(par_engine_t *e, region_t *g, size_t *a, size_t *b) {
+  int sharded = e->mixed ? e->zero >= 1 : e->zero == 3;
+  *a = sharded ? (size_t)e->rank * g->shard : 0;
+  *b = sharded ? *a + g->shard : g->n;
+  if (*b > g->n) *b = g->n;
+  tensor_t *t = e->mixed ? &e->master : e->zero == 3 ? &e->shard_p : &e->full_p;
+  return sharded ? F(t) + g->soff : F(t) + g->foff;
+}
 
 /* The parameters of a model file (opts.init), through a model of the same
  * configuration with its own storage, copied into this rank's buffers. */
@@ -394,35 +540,26 @@ static int read_init(par_engine_t *e) {
   }
   const float *src = par_gpt_params(tmp, NULL);
   for (int r = 0; r < e->nregions && !rc; r++) {
-    region_t *g = &e->regions[r];
-    size_t a = e->zero == 3 ? (size_t)e->rank * g->shard : 0, b = e->zero == 3 ? a + g->shard : g->n;
-    if (b > g->n) b = g->n;
+    size_t a, b;
+    float *dst = init_range(e, &e->regions[r], &a, &b);
     if (a >= b) continue;
-    float *dst = e->zero == 3 ? F(&e->shard_p) + g->soff : F(&e->full_p) + g->foff + a;
     tensor_t d = tensor_view1(dst, TENSOR_F32, e->device, (int64_t)(b - a));
-    tensor_t s = tensor_view1((float *)src + g->off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
-    if ((rc = tensor_copy(e->tc, &d, &s))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
+    tensor_t s = tensor_view1((float *)src + e->regions[r].off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
+    if ((rc = tensor_copy(e->tc, &d, &s))) tensor_fail(e, rc);
   }
   par_gpt_destroy(tmp);
   return rc;
 }
 
 static int init_params(par_engine_t *e) {
-  if (e->opts.init) return read_init(e);
-  for (int r = 0; r < e->nregions; r++) {
-    region_t *g = &e->regions[r];
-    size_t a = 0, b = g->n;
-    float *dst = F(&e->full_p) + g->foff;
-    if (e->zero == 3) { /* this rank's part only, by global index */
-      a = (size_t)e->rank * g->shard, b = a + g->shard < g->n ? a + g->shard : g->n;
-      dst = F(&e->shard_p) + g->soff;
-    } else {
-      dst += a;
-    }
-    if (a < b && par_gpt_init_values(e->model, e->opts.seed, g->off + a, b - a, dst))
+  int rc = e->opts.init ? read_init(e) : STRATA_OK;
+  for (int r = 0; r < e->nregions && !e->opts.init; r++) {
+    size_t a, b;
+    float *dst = init_range(e, &e->regions[r], &a, &b);
+    if (a < b && par_gpt_init_values(e->model, e->opts.seed, e->regions[r].off + a, b - a, dst))
       return engine_fail(e, 0, STRATA_EINVAL, "initialising: %s", par_gpt_last_error(e->model));
   }
-  return STRATA_OK;
+  return rc ? rc : state_sync_lowp(e);
 }
 
 /* Stage 0: buckets of whole regions in the order backward finishes them
@@ -467,19 +604,21 @@ int state_create(par_engine_t *e) {
     e->nfull += (size_t)dp * g->shard, e->nshard += g->shard;
   }
   size_t np = e->zero <= 2 ? e->nfull : e->nshard, ng = e->zero <= 1 ? e->nfull : e->nshard;
-  size_t no = e->zero == 0 ? e->nfull : e->nshard;
-  if (e->zero <= 2) rc = alloc(e, &e->full_p, e->nfull, "parameters");
-  else rc = alloc(e, &e->shard_p, e->nshard, "parameter shard");
-  if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->nfull, "gradients") : alloc(e, &e->shard_g, e->nshard, "gradient shard");
-  arrays = e->state_arrays;
-  if (!rc && (arrays & 1)) rc = alloc(e, &e->m, no, "optimizer state m");
-  if (!rc && (arrays & 2)) rc = alloc(e, &e->v, no, "optimizer state v");
+  size_t no = e->zero == 0 ? e->nfull : e->nshard, wsz = tensor_dtype_size(e->wdt);
+  if (e->zero <= 2) rc = alloc(e, &e->full_p, e->wdt, e->nfull, "parameters");
+  else rc = alloc(e, &e->shard_p, e->wdt, e->nshard, "parameter shard");
+  if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->wdt, e->nfull, "gradients")
+                             : alloc(e, &e->shard_g, e->wdt, e->nshard, "gradient shard");
+  arrays = e->state_arrays | (e->mixed ? 4 : 0);
+  if (!rc && e->mixed) rc = alloc(e, &e->master, TENSOR_F32, no, "fp32 master parameters");
+  if (!rc && (arrays & 1)) rc = alloc(e, &e->m, TENSOR_F32, no, "optimizer state m");
+  if (!rc && (arrays & 2)) rc = alloc(e, &e->v, TENSOR_F32, no, "optimizer state v");
   if (rc) return rc;
-  e->state_bytes[0] = np * sizeof(float);
-  e->state_bytes[1] = ng * sizeof(float);
-  e->state_bytes[2] = (((arrays & 1) ? no : 0) + ((arrays & 2) ? no : 0)) * sizeof(float);
+  e->state_bytes[0] = np * wsz;
+  e->state_bytes[1] = ng * wsz;
+  e->state_bytes[2] = (size_t)(!!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4)) * no * sizeof(float);
   if ((rc = init_params(e))) return rc;
-  for (int r = 0; r < e->nregions; r++) { /* stages 0-2 keep the parameters bound */
+  for (int r = 0; r < e->nregions && !e->mixed; r++) { /* fp32 stages 0-2 keep the parameters bound */
     region_t *g = &e->regions[r];
     par_gpt_bind(e->model, r, e->zero <= 2 ? F(&e->full_p) + g->foff : NULL,
                  e->zero <= 1 ? F(&e->full_g) + g->foff : NULL);
@@ -493,7 +632,7 @@ void state_destroy(par_engine_t *e) {
   if (!e->regions) return;
   state_release_all(e);
   release(e, &e->full_p), release(e, &e->full_g), release(e, &e->shard_p), release(e, &e->shard_g);
-  release(e, &e->m), release(e, &e->v);
+  release(e, &e->m), release(e, &e->v), release(e, &e->master);
   free(e->regions), free(e->bucket_lo), free(e->bucket_hi), free(e->bucket_req), free(e->pieces);
   e->regions = NULL;
 }

@@ -10,9 +10,9 @@
 
 #include "engine_internal.h"
 
-#define NMETRICS 8
+#define NMETRICS 9
 static const char *const metric_names[NMETRICS] = {
-    "step", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "mem_peak", "comm_bytes"};
+    "step", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "mem_peak", "comm_bytes", "loss_scale"};
 
 /* Metrics rows are written at most about once a second (and before every
  * checkpoint, evaluation and the end): opening the HDF5 file for each row
@@ -126,7 +126,7 @@ static int save(loop_t *lp, long step, par_train_result_t *res) {
 static int diverged(loop_t *lp, long step, const par_step_t *st, par_train_result_t *res) {
   par_engine_t *e = lp->e;
   double f = lp->o->diverge_factor, l0 = e->loss0;
-  if (st->skipped || !isfinite(st->loss)) {
+  if ((st->skipped && !st->overflow) || !isfinite(st->loss)) {
     res->diverged = 1;
     char l[32], g[32];
     snprintf(l, sizeof l, isnan(st->loss) ? "NaN" : "%g", st->loss);
@@ -225,12 +225,16 @@ static int run(loop_t *lp, par_train_result_t *res) {
     par_engine_memory(e, NULL, &peak);
     int ckpt = (o->ckpt_every > 0 && step % o->ckpt_every == 0) || (step == o->steps && o->ckpt_final);
     if (lp->metrics && (step % o->metrics_every == 0 || eval || step == o->steps)) {
-      comm_counter_t cnt = {0};
-      comm_counters(e->comm, COMM_K_ALLREDUCE, &cnt);
+      double sent = 0; /* every collective of the data-parallel group */
+      for (int k = 0; k < COMM_NKINDS; k++) {
+        comm_counter_t cnt = {0};
+        comm_counters(e->comm, (comm_kind_t)k, &cnt);
+        sent += (double)cnt.bytes_sent;
+      }
       double tps = tokens_per_step * (double)steps_row / (tt - tt_row);
       tt_row = tt, steps_row = 0;
-      double row[NMETRICS] = {(double)step, st.loss, v, st.lr, st.grad_norm, tps, (double)peak,
-                              (double)cnt.bytes_sent};
+      double row[NMETRICS] = {(double)step, st.loss, v, st.lr, st.grad_norm, tps, (double)peak, sent,
+                              st.loss_scale};
       memcpy(lp->rows + (size_t)lp->nrows * NMETRICS, row, sizeof row);
       lp->nrows++;
     }
@@ -242,6 +246,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
     if (o->progress) {
       p.step = step;
       p.loss = st.loss, p.val_loss = v, p.lr = st.lr, p.grad_norm = st.grad_norm;
+      p.loss_scale = st.loss_scale, p.overflows += st.overflow;
       p.tokens_per_s = tt > tt_rep ? tokens_per_step * (double)steps_rep / (tt - tt_rep) : 0;
       tt_rep = tt, steps_rep = 0;
       p.elapsed_s = engine_now() - t0;

@@ -130,6 +130,14 @@ int par_gpt_bind(par_gpt_t *m, int r, float *params, float *grads) {
   return STRATA_OK;
 }
 
+int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {
+  if (!m) return STRATA_EINVAL;
+  if (!(scale > 0) || !isfinite(scale))
+    return gpt_seterr(m, STRATA_EINVAL, "par_gpt_set_loss_scale: scale %g must be finite and > 0", (double)scale);
+  m->loss_scale = scale;
+  return STRATA_OK;
+}
+
 void par_gpt_set_hook(par_gpt_t *m, par_gpt_hook_t hook, void *ctx) {
   if (!m) return;
   m->hook = hook;
@@ -176,6 +184,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   m->cfg = *cfg;
   par_gpt_options_t od = PAR_GPT_OPTIONS_DEFAULTS;
   m->opts = opts ? *opts : od;
+  m->loss_scale = 1.0f;
   m->device = m->opts.device < 0 ? TENSOR_CPU : m->opts.device;
   tensor_ctx_options_t to = TENSOR_CTX_OPTIONS_DEFAULTS;
   to.threads = m->opts.threads;

@@ -40,6 +40,7 @@ struct par_gpt {
   par_gpt_config_t cfg;
   view_init_t *inits; /* per view */
   par_gpt_hook_t hook; /* par_gpt_set_hook */
+  float loss_scale;    /* par_gpt_set_loss_scale */
   void *hook_ctx;
   par_gpt_options_t opts;
   tensor_ctx_t *tc;

@@ -108,7 +108,7 @@ int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
   int64_t R = (int64_t)m->B * m->T, count = 0;
   for (int64_t i = 0; i < R; i++) count += m->host_ids[i] >= 0;
   T_(tensor_zero(tc, &m->dlogits));
-  T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, count ? 1.f / count : 0.f));
+  T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, count ? m->loss_scale / (float)count : 0.f));
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
   T_(tensor_zero(tc, &m->dres));

@@ -190,7 +190,7 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
    * dropout masks): s b h (16 e + 2) + a s^2 b (2 e + 1). Megatron's 1d
    * splits 12 e of the 16 e and the attention scores over t; 2d/2.5d/3d
    * split all of it over tp (Colossal-AI); sequence parallelism over sp. */
-  double e = mixed ? 2.0 : 4.0, mk = p->mask_bytes;
+  double e = p->act_elem_bytes > 0 ? p->act_elem_bytes : mixed ? 2.0 : 4.0, mk = p->mask_bytes;
   double tok = (double)l->microbatch * s / l->sp; /* tokens of a microbatch on this device */
   double tpd = l->tp;
   double te = p->act_token_elems, tr = p->act_token_elems_replicated;
@@ -280,7 +280,7 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
    * at gemm_efficiency of peak (arXiv 2104.04473 eq. 3 per device), and the
    * memory-bound kernels at hbm_efficiency of HBM bandwidth. */
   int mixed = l->precision != PAR_PREC_FP32;
-  double e = mixed ? 2.0 : 4.0, wb = e;
+  double wb = mixed ? 2.0 : 4.0, e = p->act_elem_bytes > 0 ? p->act_elem_bytes : wb;
   double ls = (double)m->layers / l->pp;
   double split = (double)l->tp * l->sp;
   double fwd = 1.0, bwd = p->bwd_factor, rc_ = m->recompute ? 1.0 : 0.0;
