@@ -1,4 +1,4 @@
 # Data parallelism and ZeRO through the engine: dp = 2 scaling, ZeRO-3 against
 # plain data parallelism, memory per rank per stage against the planner.
 $(eval $(call strata_program,bench_parallel_zero,bench/parallel_zero.c,parallel))
-BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_zero
+BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_zero 4:$$BUILD/bin/bench_parallel_zero
