@@ -102,6 +102,10 @@ function M.prepare_and_train(cfg)
   if not data then fail(err) end
   if cfg.model.vocab == "auto" then
     cfg.model.vocab = data:vocab()
+    local note = data:vocab_note()
+    if note and rank == 0 then -- a warning: the run goes on
+      io.stderr:write(string.format("strata: model.vocab = auto: %s; set model.vocab to size the model yourself\n", note))
+    end
   elseif data:vocab() > cfg.model.vocab then
     raise(cfg._locate("model.vocab"), "model.vocab", cfg.model.vocab,
           string.format("the data holds token %d (vocabulary %d)", data:vocab() - 1, data:vocab()))

@@ -123,6 +123,15 @@ static int data_vocab(lua_State *L) {
   lua_pushinteger(L, par_data_vocab(todata(L)->d));
   return 1;
 }
+
+/* data:vocab_note(): a sentence when the vocabulary rests on a stray token, else nil. */
+static int data_vocab_note(lua_State *L) {
+  char buf[256];
+  par_data_vocab_note(todata(L)->d, buf, sizeof buf);
+  if (buf[0]) lua_pushstring(L, buf);
+  else lua_pushnil(L);
+  return 1;
+}
 static int data_seq(lua_State *L) {
   lua_pushinteger(L, todata(L)->seq);
   return 1;
@@ -212,7 +221,7 @@ par_data_t *lstrata_todata(lua_State *L, int idx) {
 }
 
 static const luaL_Reg data_methods[] = {
-    {"vocab", data_vocab},     {"seq", data_seq},         {"entropy_rate", data_entropy},
+    {"vocab", data_vocab},     {"vocab_note", data_vocab_note},     {"seq", data_seq},         {"entropy_rate", data_entropy},
     {"samples", data_samples}, {"tokens", data_tokens},   {"position", data_position},
     {"set_position", data_set_position}, {"batch", data_batch}, {"next", data_next},
     {"close", data_close},     {NULL, NULL}};

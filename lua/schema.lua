@@ -207,9 +207,12 @@ local function check_value(loc, path, v, spec)
     if math.type(v) ~= "integer" then
       if type(v) == "number" and v == math.floor(v) and math.abs(v) < 2^53 then
         v = math.tointeger(v) -- 64.0 is accepted as 64
+      elseif type(v) == "number" and v == math.floor(v) then -- whole, beyond exact integers
+        raise(loc(path), path, v, "expected " .. expect .. ", got a number too large for one" ..
+              (spec.max and " (at most " .. show(spec.max) .. ")" or ""))
       else
         raise(loc(path), path, v, "expected " .. expect .. ", got " ..
-              (type(v) == "number" and "a fraction" or type(v)))
+              (type(v) == "number" and (v ~= v and "nan" or "a fraction") or type(v)))
       end
     end
   elseif t == NUM then
@@ -253,6 +256,43 @@ local function check_value(loc, path, v, spec)
     end
   end
   return v
+end
+
+-- Settings that this configuration never reads are an error when the
+-- recipe or the command line sets them (given: their dotted paths), except
+-- a recipe's own settings that an override of the deciding key (say
+-- data.source=text on quickstart.lua's Markov corpus) leaves unread.
+local function check_unread(c, loc, given)
+  local d, o = c.data, c.optim
+  local decider
+  local function unread(path, why)
+    local switched = loc(decider) == "command line" and loc(path) ~= "command line"
+    if given[path] and not switched then
+      local sec, key = path:match("^(%w+)%.([%w_]+)$")
+      raise(loc(path), path, c[sec][key], "not used " .. why)
+    end
+  end
+  decider = "data.source"
+  if d.source ~= "markov" then
+    for _, k in ipairs{"tokens", "fanout", "skew", "markov_seed"} do
+      unread("data." .. k, string.format('with data.source = "%s" (it shapes the generated Markov corpus)', d.source))
+    end
+  end
+  decider = "optim.name"
+  if o.name ~= "adamw" and o.name ~= "lamb" then
+    for _, k in ipairs{"beta1", "beta2", "eps"} do
+      unread("optim." .. k, string.format('by optim.name = "%s" (AdamW and LAMB only)', o.name))
+    end
+  end
+  if o.name == "adamw" or o.name == "lamb" or o.name == "sgd" then
+    unread("optim.momentum", string.format('by optim.name = "%s" (momentum, nesterov and lars only)', o.name))
+  end
+  decider = "parallel.precision"
+  if c.parallel.precision ~= "fp16" then
+    for _, k in ipairs{"loss_scale", "loss_scale_window"} do
+      unread("train." .. k, string.format('with parallel.precision = "%s" (fp16 only)', c.parallel.precision))
+    end
+  end
 end
 
 -- Cross-key checks on the completed configuration.
@@ -398,6 +438,7 @@ function M.validate(recipe, where, overrides)
     end
   end
   check_relations(out, loc)
+  check_unread(out, loc, out_given)
   out.run_dir = out.run_dir or ("runs/" .. out.name)
   out.checkpoint.path = out.checkpoint.path or (out.run_dir .. "/checkpoint.h5")
   out.metrics.path = out.metrics.path or (out.run_dir .. "/metrics.h5")

@@ -10,10 +10,13 @@
 void openblas_set_num_threads(int num_threads);
 
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...) {
-  if (ctx) {
+  if (ctx) { /* an allocation failure says so first, whatever the call */
+    int at = code == STRATA_ENOMEM && !strstr(fmt, "out of memory")
+                 ? snprintf(ctx->err, sizeof ctx->err, "out of memory: ")
+                 : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    vsnprintf(ctx->err + at, sizeof ctx->err - (size_t)at, fmt, ap);
     va_end(ap);
   }
   return code;

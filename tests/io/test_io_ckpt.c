@@ -14,6 +14,7 @@
  *                                report it within seconds (the handler, as an
  *                                application's, ends the rank: exit 1)
  * Exit status 0 on success; failures print the rank and the check. */
+#include <hdf5.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -241,6 +242,44 @@ static void corruption(const char *dir, const char *path) {
     free(buf);
     par_ckpt_close(c);
   }
+  /* A flipped byte in an attribute's value or name: refused as damage (the
+   * object header's checksum), not as a missing attribute. */
+  char attr[300];
+  snprintf(attr, sizeof attr, "%s/attr.h5", dir);
+  for (int which = 0; which < 2; which++) {
+    const char *needle = which == 0 ? "layers=2 hidden=64" : "recipe";
+    long at = -1;
+    if (world_rank == 0) {
+      FILE *f = fopen(path, "rb");
+      unsigned char *b = malloc((size_t)n);
+      CHECK(f && fread(b, 1, (size_t)n, f) == (size_t)n, "read %s", path);
+      for (long i = 0; i + (long)strlen(needle) <= n && at < 0; i++)
+        if (!memcmp(b + i, needle, strlen(needle))) at = i + 1;
+      fclose(f), free(b);
+      CHECK(at >= 0, "'%s' not found in %s", needle, path);
+      copy_file(path, attr, -1, at);
+    }
+    MPI_Bcast(&at, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    c = NULL;
+    char *v = NULL;
+    rc = par_ckpt_open(attr, MPI_COMM_WORLD, 0, &c, NULL, 0);
+    if (rc == STRATA_OK) {
+      rc = which == 0 ? par_ckpt_expect_str(c, "model", "layers=2 hidden=64") : par_ckpt_get_str(c, "recipe", &v);
+      CHECK(rc == STRATA_ECORRUPT && strstr(par_ckpt_error(c), "damaged"), "flipped attribute %s: %d %s",
+            needle, rc, par_ckpt_error(c));
+      free(v);
+      par_ckpt_close(c);
+    } else {
+      CHECK(rc == STRATA_ECORRUPT, "flipped attribute %s: open %d", needle, rc);
+    }
+    check_uniform(rc, MPI_COMM_WORLD, "flipped attribute");
+  }
+  /* HDF5's error printing stays the application's: strata turns it off
+   * inside its own calls only. */
+  H5E_auto2_t func = NULL;
+  void *data = NULL;
+  H5Eget_auto2(H5E_DEFAULT, &func, &data);
+  CHECK(func != NULL, "HDF5's error printing is off after strata's calls on a damaged file");
   /* An abandoned save leaves the checkpoint and removes its .tmp. */
   c = NULL;
   CHECK(par_ckpt_create(path, MPI_COMM_WORLD, 0, &c, NULL, 0) == STRATA_OK, "create");

@@ -284,8 +284,14 @@ Test(data, bad_files_are_refused_by_name) {
   o.path = tmp("odd.u16");
   expect_open_error(&o, STRATA_ECORRUPT, "size 3 bytes is not a multiple of 2", tmp("odd.u16"));
   write_llmc(tmp("magic.bin"), 12345, 1, 10, 10);
-  o.path = tmp("magic.bin");
+  o.path = tmp("magic.bin"); /* auto: a .bin file is an llm.c shard by its magic, or refused */
+  expect_open_error(&o, STRATA_ECORRUPT, "takes an llm.c shard by its magic number 20240520, and this .bin file starts with 12345", tmp("magic.bin"));
+  o.format = PAR_DATA_LLMC;
   expect_open_error(&o, STRATA_ECORRUPT, "bad llm.c magic 12345", tmp("magic.bin"));
+  o.format = PAR_DATA_AUTO;
+  write_llmc(tmp("none.bin"), 20240520, 1, 0, 0);
+  o.path = tmp("none.bin");
+  expect_open_error(&o, STRATA_ECORRUPT, "an llm.c shard with no tokens", tmp("none.bin"));
   write_llmc(tmp("ver.bin"), 20240520, 7, 10, 10);
   o.path = tmp("ver.bin");
   expect_open_error(&o, STRATA_ECORRUPT, "llm.c version 7", NULL);

@@ -4,7 +4,8 @@
 # or tests/lua/fullfs.c where none can be mounted) on 1, 2 and 3 ranks,
 # SIGINT and SIGTERM (once: stop after the step and save; twice: at once),
 # a diverging learning rate, a leftover partial checkpoint, os.exit on one
-# rank. Each case checks the message, the exit status, the files left and
+# rank, a damaged metrics file on resume, a resume with changed settings,
+# a stray token that sizes an "auto" vocabulary. Each case checks the message, the exit status, the files left and
 # the time the run took to end. The failure table in docs/failures.md
 # names the case of this file that proves each row.
 set -u
@@ -115,7 +116,10 @@ kill -KILL "$w" 2>/dev/null
 # the others where they are) or, when the stop fell just before a
 # checkpoint, inside a collective step of parallel HDF5 (its deadline).
 hint="last complete checkpoint: $d/checkpoint.h5 \(step [0-9]+\); resume with: .*train.resume="
-one_line "$d.err" "watchdog: [a-z_]+ #[0-9]+ on communicator 'dp' \(2 ranks\) did not complete within 3 s on rank 0.*Not arrived.*ranks 1; during step [0-9]+; $hint|checkpoint '$d/checkpoint.h5': [a-z .']+ did not finish within 3 s: another rank never reached .*; after step [0-9]+; $hint" \
+# (the launcher may end a moment before the forwarded line of the rank
+# ended by HDF5's deadline reaches the file)
+for ((i = 0; i < 20; i++)); do grep -q '^strata: ' "$d.err" && break; sleep 0.1; done
+one_line "$d.err" "watchdog: [a-z_]+ #[0-9]+ on communicator 'dp' \(2 ranks\) did not complete within 3 s on rank 0.*Not arrived.*ranks 1; during step [0-9]+; $hint|checkpoint '$d/checkpoint.h5': [^;]+ did not finish within 3 s: another rank never reached .*; after step [0-9]+; $hint" \
   || fail "sigstop: message: $(cat "$d.err")"
 within "$t" 15 || fail "sigstop: took $t s to end (timeout 3 s)"
 echo "sigstop: ended in $t s"
@@ -313,6 +317,53 @@ local o, err = strata.optimizer{model = m, lr = lr, min_lr = 0.02}
 assert(not o and err:find("optim.min_lr = 0.02 must lie in %[0, optim.lr = 0.01%]"), err)
 EOF
 "$S" run "$work/const.lua" >"$work/const.out" 2>&1 || fail "strata.optimizer min_lr = lr: $(cat "$work/const.out")"
+
+# 9. A damaged metrics file on resume is kept aside, said so, and a new one
+#    continues from the checkpoint's step; the run goes on.
+d="$work/metr"
+"$S" run $R "${tiny[@]}" train.steps=6 run_dir="$d" >/dev/null 2>&1 || fail "metrics: first run"
+head -c 3000 /dev/urandom >"$d/metrics.h5"
+cp "$d/metrics.h5" "$work/garbage"
+"$S" run $R "${tiny[@]}" train.steps=9 train.resume=true run_dir="$d" >"$d.out" 2>"$d.err" \
+  || fail "metrics: resume over a damaged file: $(cat "$d.err")"
+grep -qE "^strata: metrics '$d/metrics.h5': not a readable HDF5 file.*: cannot be continued; kept as '$d/metrics.h5.unreadable', a new metrics file starts at step 7$" "$d.err" \
+  || fail "metrics: notice: $(cat "$d.err")"
+cmp -s "$work/garbage" "$d/metrics.h5.unreadable" || fail "metrics: the damaged file was not kept as it was"
+cat >"$work/steps.lua" <<'EOF'
+local strata = require "strata"
+local s = assert(strata.metrics.read(strata.option("f", "") .. "/metrics.h5", "step"))
+assert(#s == 3 and s[1] == 7 and s[3] == 9, "steps " .. table.concat(s, ","))
+EOF
+"$S" run "$work/steps.lua" f="$d" >/dev/null 2>"$d.chk" || fail "metrics: the new file: $(cat "$d.chk")"
+
+# 10. A resume with another learning rate or data seed says so (one notice
+#     each, naming the old and new values) and trains on; the same settings
+#     say nothing.
+"$S" run $R "${tiny[@]}" train.steps=12 train.resume=true run_dir="$d" >"$d.same" 2>&1 \
+  || fail "resume: same settings: $(tail -2 "$d.same")"
+grep -q "other than the checkpoint" "$d.same" && fail "resume: same settings noticed: $(cat "$d.same")"
+"$S" run $R "${tiny[@]}" train.steps=15 train.resume=true optim.lr=0.002 data.seed=7 run_dir="$d" \
+  >/dev/null 2>"$d.err" || fail "resume: changed settings: $(cat "$d.err")"
+grep -qE "^strata: resuming with optimizer settings other than the checkpoint's: lr=0.002 \(the checkpoint's 0.01\)$" "$d.err" \
+  || fail "resume: lr notice: $(cat "$d.err")"
+grep -qE "^strata: resuming with data settings other than the checkpoint's: seed=7 \(the checkpoint's 1\)$" "$d.err" \
+  || fail "resume: data.seed notice: $(cat "$d.err")"
+
+# 11. A stray token id far above all others raises an "auto" vocabulary: a
+#     warning says which token and how often; the run goes on.
+cat >"$work/stray.lua" <<'EOF'
+local strata = require "strata"
+local f = assert(io.open(strata.option("out", ""), "wb"))
+for i = 0, 20000 do f:write(string.pack("<I2", i == 777 and 60000 or (i * 7) % 200)) end
+f:close()
+EOF
+"$S" run "$work/stray.lua" out="$work/stray.u16" >/dev/null 2>&1 || fail "stray: writing the file"
+notokens=()
+for a in "${tiny[@]}"; do [ "${a%%=*}" = data.tokens ] || notokens+=("$a"); done
+"$S" run $R "${notokens[@]}" data.source=uint16 data.path="$work/stray.u16" train.steps=6 run_dir="$work/stray" \
+  >/dev/null 2>"$work/stray.err" || fail "stray: the run: $(cat "$work/stray.err")"
+grep -qE "^strata: model.vocab = auto: the vocabulary is 60001 because token 60000 occurs 1 time in 20001 tokens, while every other token is at most 199; set model.vocab to size the model yourself$" "$work/stray.err" \
+  || fail "stray: warning: $(cat "$work/stray.err")"
 
 echo "failures: $fails failed"
 [ $fails = 0 ]

@@ -9,3 +9,11 @@ $(BUILD)/lib/test_fullfs.so: tests/lua/fullfs.c
 	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 ALL_TARGETS += $(BUILD)/lib/test_fullfs.so
 TEST_SUITES += sh:tests/lua/failures.sh
+
+# Out of memory at every allocation of strata's code (tests/lua/failalloc.sh);
+# failalloc.so fails the chosen allocation by LD_PRELOAD.
+$(BUILD)/lib/test_failalloc.so: tests/lua/failalloc.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+ALL_TARGETS += $(BUILD)/lib/test_failalloc.so
+TEST_SUITES += sh:tests/lua/failalloc.sh

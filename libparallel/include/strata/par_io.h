@@ -105,6 +105,14 @@ STRATA_API int par_data_open(const par_data_options_t *opts, par_data_t **out, c
                              size_t errlen);
 STRATA_API void par_data_destroy(par_data_t *d);
 STRATA_API const char *par_data_error(const par_data_t *d);
+/* When the vocabulary (1 + the largest token) rests on a token that occurs
+ * a few times far above all the others (a stray id in a token file), a
+ * sentence saying so; else "". Returns buf. */
+STRATA_API const char *par_data_vocab_note(const par_data_t *d, char *buf, size_t n);
+/* "seed=1 seq=64 train_samples=... val_samples=...": what decides the order
+ * of the samples, kept in checkpoints so that a resume can say what changed.
+ * Returns buf. */
+STRATA_API const char *par_data_describe(const par_data_t *d, char *buf, size_t n);
 
 /* 256 for bytes, else 1 + the largest token found in the files. */
 STRATA_API int par_data_vocab(const par_data_t *d);

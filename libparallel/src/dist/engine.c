@@ -85,8 +85,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   MPI_Comm world = e->opts.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : e->opts.comm;
   comm_config_t cc = COMM_CONFIG_DEFAULTS;
   cc.timeout_s = e->opts.collective_timeout_s;
-  if (comm_from_mpi(&e->comm, world, &cc) != STRATA_OK)
-    return engine_fail(e, 0, STRATA_EMPI, "cannot attach libcomm to the run's MPI communicator");
+  int crc = comm_from_mpi(&e->comm, world, &cc);
+  if (crc != STRATA_OK)
+    return engine_fail(e, 0, crc == STRATA_ENOMEM ? crc : STRATA_EMPI,
+                       "cannot attach libcomm to the run's MPI communicator (%s)", strata_status_string(crc));
   comm_set_name(e->comm, "dp");
   e->rank = comm_rank(e->comm), e->size = comm_size(e->comm);
   if (par_layout_validate(mc, lay, e->size, why, sizeof why) != STRATA_OK)
@@ -106,10 +108,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     if (e->opts.loss_scale_window > 0) sc.window = e->opts.loss_scale_window;
     if (sc.init_scale > sc.max_scale) sc.max_scale = sc.init_scale;
     if (sc.init_scale < sc.min_scale) sc.min_scale = sc.init_scale;
-    if (!(e->opts.loss_scale >= 0 && isfinite(e->opts.loss_scale)) || e->opts.loss_scale_window < 0 ||
-        optim_scaler_create(&e->scaler, &sc, serr, sizeof serr) != STRATA_OK)
+    if (!(e->opts.loss_scale >= 0 && isfinite(e->opts.loss_scale)) || e->opts.loss_scale_window < 0)
       return engine_fail(e, 1, STRATA_EINVAL, "loss scale %g, window %d: need a finite scale > 0 and a window >= 1",
                          e->opts.loss_scale, e->opts.loss_scale_window);
+    int src = optim_scaler_create(&e->scaler, &sc, serr, sizeof serr);
+    if (src != STRATA_OK) return engine_fail(e, 1, src, "loss scaler: %s", serr);
     e->scaler_min = sc.min_scale;
   }
   if (e->opts.bucket_mb <= 0)

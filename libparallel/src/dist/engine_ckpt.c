@@ -109,6 +109,8 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
   CK(par_ckpt_set_str(c, "model", e->model_desc));
   CK(par_ckpt_set_str(c, "optim", e->optim_name));
   CK(par_ckpt_set_str(c, "optim_config", e->optim_desc));
+  char dd[256];
+  CK(par_ckpt_set_str(c, "data", par_data_describe(data, dd, sizeof dd)));
   CK(par_ckpt_set_str(c, "layout", e->layout_desc));
   char l0[32];
   snprintf(l0, sizeof l0, "%.17g", e->loss0);
@@ -189,6 +191,11 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   CK(par_ckpt_get_i64(c, "step", &st, 1));
   CK(par_ckpt_get_i64(c, "data_position", &pos, 1));
   CK(par_ckpt_get_i64(c, "optim_step", &ost, 1));
+  char *oc = NULL, *dd = NULL; /* what a resume compares (absent from early checkpoints) */
+  e->ckpt_optim[0] = e->ckpt_data[0] = 0;
+  if (par_ckpt_get_str(c, "optim_config", &oc) == STRATA_OK) snprintf(e->ckpt_optim, sizeof e->ckpt_optim, "%s", oc);
+  if (par_ckpt_get_str(c, "data", &dd) == STRATA_OK) snprintf(e->ckpt_data, sizeof e->ckpt_data, "%s", dd);
+  free(oc), free(dd);
   char *l0 = NULL; /* absent from checkpoints of earlier versions */
   if (par_ckpt_get_str(c, "initial_loss", &l0) == STRATA_OK) e->loss0 = strtod(l0, NULL);
   free(l0);

@@ -33,22 +33,35 @@ typedef struct {
   int nattrs;
 } loop_t;
 
+static void notice(loop_t *lp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Rank 0: a new metrics file, or on resume the old one cut back to the
- * rows of steps <= start (rows after the checkpoint are recomputed). */
+ * rows of steps <= start (rows after the checkpoint are recomputed). An
+ * old file that cannot be read or continued (damaged, or of other columns)
+ * is kept aside as "<path>.unreadable" (".unreadable.2", ...), and said so:
+ * its rows are never lost without a word. */
 static int open_metrics(loop_t *lp, long start) {
   par_engine_t *e = lp->e;
   const char *path = lp->o->metrics_path;
   char err[600] = "", buf[64];
   int rc;
-  if (start > 0) {
+  if (start > 0 && access(path, F_OK) == 0) {
     double *steps = NULL;
     size_t n = 0, keep = 0;
-    if (par_metrics_read(path, "step", &steps, &n, NULL, 0) == STRATA_OK) {
+    rc = par_metrics_read(path, "step", &steps, &n, err, sizeof err);
+    if (rc == STRATA_OK) {
       while (keep < n && steps[keep] <= (double)start) keep++;
       free(steps);
       rc = par_metrics_open(path, metric_names, NMETRICS, keep, &lp->metrics, err, sizeof err);
       if (rc == STRATA_OK) goto attrs;
     }
+    char aside[1100];
+    snprintf(aside, sizeof aside, "%s.unreadable", path);
+    for (int k = 2; access(aside, F_OK) == 0 && k < 1000; k++) snprintf(aside, sizeof aside, "%s.unreadable.%d", path, k);
+    if (rename(path, aside) != 0)
+      return engine_fail(e, 0, STRATA_EIO, "cannot continue metrics file '%s' (%s) nor move it aside to '%s': %s", path,
+                         err, aside, strerror(errno));
+    notice(lp, "%s: cannot be continued; kept as '%s', a new metrics file starts at step %ld", err, aside, start + 1);
   }
   rc = par_metrics_create(path, metric_names, NMETRICS, &lp->metrics, err, sizeof err);
   if (rc != STRATA_OK) return engine_fail(e, 0, rc, "%s", err);
@@ -83,7 +96,6 @@ static void flush_rows(loop_t *lp, double t) {
   lp->last_flush = t;
 }
 
-static void notice(loop_t *lp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void notice(loop_t *lp, const char *fmt, ...) {
   char msg[1600];
   va_list ap;
@@ -146,6 +158,33 @@ static int diverged(loop_t *lp, long step, const par_step_t *st, par_train_resul
   return STRATA_OK;
 }
 
+/* On resume: the settings of `what` ("key=value ..." descriptions) that
+ * differ from the checkpoint's, in one notice (a new learning rate may be
+ * meant; a new data seed changes which samples follow). */
+static void resume_changes(loop_t *lp, const char *what, const char *then, const char *now) {
+  char msg[1200] = "", a[512], b[512];
+  if (!then[0] || !strcmp(then, now)) return;
+  snprintf(a, sizeof a, "%s", now);
+  for (char *save = NULL, *tok = strtok_r(a, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+    char *eq = strchr(tok, '=');
+    if (!eq) continue;
+    size_t kl = (size_t)(eq - tok) + 1; /* "key=" */
+    const char *old = NULL;
+    snprintf(b, sizeof b, " %s", then);
+    for (char *p = b; (p = strstr(p, " ")) != NULL; p++)
+      if (!strncmp(p + 1, tok, kl)) {
+        old = p + 1 + kl;
+        break;
+      }
+    size_t ol = old ? strcspn(old, " ") : 0;
+    if (old && strlen(eq + 1) == ol && !strncmp(old, eq + 1, ol)) continue;
+    size_t used = strlen(msg);
+    snprintf(msg + used, sizeof msg - used, "%s%s (the checkpoint's %.*s)", used ? ", " : "", tok, (int)ol,
+             old ? old : "none");
+  }
+  if (msg[0]) notice(lp, "resuming with %s settings other than the checkpoint's: %s", what, msg);
+}
+
 static int check_options(par_engine_t *e, const par_train_options_t *o) {
   if (o->steps < 1 || o->eval_every < 0 || o->eval_batches < 1 || o->ckpt_every < 0 ||
       o->metrics_every < 1)
@@ -177,7 +216,12 @@ static int run(loop_t *lp, par_train_result_t *res) {
                          o->resume, start, o->steps);
   }
   res->start = res->step = start;
-  if (o->resume) res->last_ckpt_step = start, res->last_ckpt_path = o->resume;
+  if (o->resume) {
+    res->last_ckpt_step = start, res->last_ckpt_path = o->resume;
+    char now[256];
+    resume_changes(lp, "optimizer", e->ckpt_optim, e->optim_desc);
+    resume_changes(lp, "data", e->ckpt_data, par_data_describe(lp->data, now, sizeof now));
+  }
   remove_leftover(lp);
   res->fail_phase = "start";
   rc = STRATA_OK;

@@ -180,7 +180,7 @@ int par_ckpt_create(const char *path, MPI_Comm comm, double timeout_s, par_ckpt_
   hid_t fapl = -1, fcpl = -1;
   if (!out) return STRATA_EINVAL;
   *out = NULL;
-  h5_quiet();
+  H5_QUIET();
   int rc = ckpt_new(path, comm, 1, timeout_s, &c, err, errlen);
   if (rc != STRATA_OK) return rc;
   fapl = mpio_fapl(comm);
@@ -205,7 +205,7 @@ int par_ckpt_open(const char *path, MPI_Comm comm, double timeout_s, par_ckpt_t 
   struct stat sb;
   if (!out) return STRATA_EINVAL;
   *out = NULL;
-  h5_quiet();
+  H5_QUIET();
   int rc = ckpt_new(path, comm, 0, timeout_s, &c, err, errlen);
   if (rc != STRATA_OK) return rc;
   hid_t fapl = mpio_fapl(comm);
@@ -308,7 +308,7 @@ int par_ckpt_write(par_ckpt_t *c, const char *name, int ndim, const int64_t *sha
   hsize_t dims[PAR_CKPT_MAX_DIMS], chunk[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
   if (!c) return STRATA_EINVAL;
   io_deadline_feed(c->dl, "checkpoint '%s': writing '%s'", c->path, name ? name : "?");
-  h5_quiet();
+  H5_QUIET();
   int rc = c->writing ? check_args(c, "write", name, ndim, shape, offset, count, data)
                       : STRATA_ESTATE;
   if (rc == STRATA_ESTATE)
@@ -401,7 +401,7 @@ done:
 int par_ckpt_shape(par_ckpt_t *c, const char *name, int *ndim, int64_t *shape) {
   hid_t ds = -1;
   if (!c || !name || !ndim || !shape) return STRATA_EINVAL;
-  h5_quiet();
+  H5_QUIET();
   int rc = stored_shape(c, name, &ds, ndim, shape);
   if (ds >= 0) H5Dclose(ds);
   return sync_status(c, rc);
@@ -415,7 +415,7 @@ int par_ckpt_read(par_ckpt_t *c, const char *name, int ndim, const int64_t *shap
   int64_t sshape[PAR_CKPT_MAX_DIMS];
   hsize_t dims[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
   if (!c) return STRATA_EINVAL;
-  h5_quiet();
+  H5_QUIET();
   int rc = check_args(c, "read", name, ndim, shape, offset, count, data);
   if (rc == STRATA_OK) rc = stored_shape(c, name, &ds, &snd, sshape);
   if (rc == STRATA_OK) {
@@ -462,6 +462,7 @@ static int bcast_str(par_ckpt_t *c, const char *value, char **out) {
   if (c->size > 1) MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c->comm);
   if (!all) {
     free(s);
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': out of memory for a string attribute", c->path);
     return STRATA_ENOMEM;
   }
   if (c->rank == 0) memcpy(s, value, (size_t)n);
@@ -480,7 +481,7 @@ int par_ckpt_set_str(par_ckpt_t *c, const char *name, const char *value) {
   char h5[256], *v = NULL;
   if (!c) return STRATA_EINVAL;
   io_deadline_feed(c->dl, "checkpoint '%s': writing attribute '%s'", c->path, name ? name : "?");
-  h5_quiet();
+  H5_QUIET();
   int rc = (!name || !*name || !value) ? STRATA_EINVAL : c->writing ? STRATA_OK : STRATA_ESTATE;
   if (rc != STRATA_OK)
     snprintf(c->err, sizeof c->err, "checkpoint '%s': set_str: %s", c->path,
@@ -505,7 +506,7 @@ int par_ckpt_set_i64(par_ckpt_t *c, const char *name, const int64_t *values, int
   int64_t *v = NULL;
   if (!c) return STRATA_EINVAL;
   io_deadline_feed(c->dl, "checkpoint '%s': writing attribute '%s'", c->path, name ? name : "?");
-  h5_quiet();
+  H5_QUIET();
   int rc = (!name || !*name || n < 1 || !values) ? STRATA_EINVAL
            : c->writing                           ? STRATA_OK
                                                   : STRATA_ESTATE;
@@ -513,7 +514,10 @@ int par_ckpt_set_i64(par_ckpt_t *c, const char *name, const int64_t *values, int
     snprintf(c->err, sizeof c->err, "checkpoint '%s': set_i64: %s", c->path,
              rc == STRATA_ESTATE ? "opened for reading" : "bad name or count");
   if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
-  if (!(v = malloc((size_t)n * sizeof *v))) rc = STRATA_ENOMEM;
+  if (!(v = malloc((size_t)n * sizeof *v))) {
+    rc = STRATA_ENOMEM;
+    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': out of memory", c->path, name);
+  }
   if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
   memcpy(v, values, (size_t)n * sizeof *v);
   if (c->size > 1) MPI_Bcast(v, n, MPI_INT64_T, 0, c->comm);
@@ -532,21 +536,32 @@ int par_ckpt_set_i64(par_ckpt_t *c, const char *name, const int64_t *values, int
   return sync_status(c, rc);
 }
 
+/* 0 when the attribute is there; else STRATA_ENOTFOUND, or STRATA_ECORRUPT
+ * when the file's attributes cannot be read (a failed object-header
+ * checksum: damage, not absence). */
 static int attr_missing(par_ckpt_t *c, const char *name) {
-  if (H5Aexists(c->file, name) > 0) return 0;
+  char h5[256];
+  htri_t r = H5Aexists(c->file, name);
+  if (r > 0) return 0;
+  if (r < 0) {
+    snprintf(c->err, sizeof c->err,
+             "checkpoint '%s' is damaged: its attributes cannot be read looking for '%s' (%s)", c->path, name,
+             h5_last_error(h5, sizeof h5));
+    return STRATA_ECORRUPT;
+  }
   snprintf(c->err, sizeof c->err, "checkpoint '%s' has no attribute '%s'", c->path, name);
-  return 1;
+  return STRATA_ENOTFOUND;
 }
 
 int par_ckpt_get_str(par_ckpt_t *c, const char *name, char **value) {
   char h5[256];
   if (!c || !name || !value) return STRATA_EINVAL;
-  h5_quiet();
+  H5_QUIET();
   *value = NULL;
   int rc = STRATA_OK;
-  if (attr_missing(c, name)) rc = STRATA_ENOTFOUND;
-  else if (!(*value = h5_get_str_attr(c->file, name))) {
-    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s' is not a readable string (%s)",
+  if ((rc = attr_missing(c, name))) {
+  } else if (!(*value = h5_get_str_attr(c->file, name))) {
+    snprintf(c->err, sizeof c->err, "checkpoint '%s' is damaged: attribute '%s' is not a readable string (%s)",
              c->path, name, h5_last_error(h5, sizeof h5));
     rc = STRATA_ECORRUPT;
   }
@@ -562,13 +577,12 @@ int par_ckpt_get_i64(par_ckpt_t *c, const char *name, int64_t *values, int n) {
   char h5[256];
   hid_t attr = -1, space = -1;
   if (!c || !name || !values || n < 1) return STRATA_EINVAL;
-  h5_quiet();
+  H5_QUIET();
   int rc = STRATA_OK;
-  if (attr_missing(c, name)) {
-    rc = STRATA_ENOTFOUND;
+  if ((rc = attr_missing(c, name))) {
   } else if ((attr = H5Aopen(c->file, name, H5P_DEFAULT)) < 0 ||
              (space = H5Aget_space(attr)) < 0) {
-    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': %s", c->path, name,
+    snprintf(c->err, sizeof c->err, "checkpoint '%s' is damaged: attribute '%s': %s", c->path, name,
              h5_last_error(h5, sizeof h5));
     rc = STRATA_ECORRUPT;
   } else if (H5Sget_simple_extent_npoints(space) != n) {
@@ -576,7 +590,7 @@ int par_ckpt_get_i64(par_ckpt_t *c, const char *name, int64_t *values, int n) {
              c->path, name, (long long)H5Sget_simple_extent_npoints(space), n);
     rc = STRATA_ESHAPE;
   } else if (H5Aread(attr, H5T_NATIVE_INT64, values) < 0) {
-    snprintf(c->err, sizeof c->err, "checkpoint '%s': attribute '%s': %s", c->path, name,
+    snprintf(c->err, sizeof c->err, "checkpoint '%s' is damaged: attribute '%s': %s", c->path, name,
              h5_last_error(h5, sizeof h5));
     rc = STRATA_ECORRUPT;
   }
@@ -611,7 +625,7 @@ int par_ckpt_commit(par_ckpt_t *c) {
   char h5[256];
   if (!c) return STRATA_EINVAL;
   io_deadline_feed(c->dl, "checkpoint '%s': closing its .tmp file", c->path);
-  h5_quiet();
+  H5_QUIET();
   int rc = STRATA_OK;
   if (!c->writing) {
     snprintf(c->err, sizeof c->err, "checkpoint '%s': commit of a checkpoint opened for reading",
@@ -647,6 +661,7 @@ int par_ckpt_commit(par_ckpt_t *c) {
 
 void par_ckpt_close(par_ckpt_t *c) {
   if (!c) return;
+  H5_QUIET();
   io_deadline_feed(c->dl, "checkpoint '%s': closing", c->path);
   if (c->stuck) {
     /* Closing is collective and the other ranks are elsewhere: leave the

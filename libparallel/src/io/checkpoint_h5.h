@@ -8,8 +8,27 @@
 #include <string.h>
 
 /* HDF5 prints its error stack to stderr by default; strata reports errors
- * itself (one line naming the file), so printing is turned off. */
-static inline void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+ * itself (one line naming the file), so printing is off inside strata's own
+ * calls only: H5_QUIET() at the top of a function turns it off and puts the
+ * application's setting back when the function returns, whatever the path. */
+typedef struct {
+  H5E_auto2_t func;
+  void *data;
+  int saved;
+} h5_quiet_t;
+
+static inline h5_quiet_t h5_quiet_begin(void) {
+  h5_quiet_t q = {NULL, NULL, 0};
+  q.saved = H5Eget_auto2(H5E_DEFAULT, &q.func, &q.data) >= 0;
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  return q;
+}
+
+static inline void h5_quiet_end(h5_quiet_t *q) {
+  if (q->saved) H5Eset_auto2(H5E_DEFAULT, q->func, q->data);
+}
+
+#define H5_QUIET() h5_quiet_t h5_quiet_ __attribute__((cleanup(h5_quiet_end))) = h5_quiet_begin()
 
 typedef struct {
   char *buf;

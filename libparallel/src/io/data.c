@@ -52,6 +52,8 @@ struct par_data {
   int nshards;
   split_t split[2];
   int seq, vocab;
+  uint32_t next_max;  /* token files: the largest token id below the largest */
+  uint64_t max_count; /* occurrences of the largest */
   uint64_t seed, position;
   double entropy;
   char err[512];
@@ -91,14 +93,18 @@ static const char *format_name(par_data_format_t f) {
   }
 }
 
-static par_data_format_t detect(const uint8_t *p, size_t len, const char *path) {
-  int32_t magic = 0;
-  if (len >= 4) memcpy(&magic, p, 4);
-  if (magic == LLMC_MAGIC) return PAR_DATA_LLMC;
+/* data.source = auto: an llm.c shard by its magic number, .u16 and .u32 by
+ * the extension, else text. A .bin file without the magic is refused: it is
+ * no text, and its layout cannot be told (PAR_DATA_AUTO: *magic gets what
+ * the file starts with). */
+static par_data_format_t detect(const uint8_t *p, size_t len, const char *path, int32_t *magic) {
+  *magic = 0;
+  if (len >= 4) memcpy(magic, p, 4);
+  if (*magic == LLMC_MAGIC) return PAR_DATA_LLMC;
   size_t l = strlen(path);
   if (l >= 4 && strcmp(path + l - 4, ".u16") == 0) return PAR_DATA_U16;
   if (l >= 4 && strcmp(path + l - 4, ".u32") == 0) return PAR_DATA_U32;
-  if (l >= 4 && strcmp(path + l - 4, ".bin") == 0) return PAR_DATA_LLMC; /* magic check fails */
+  if (l >= 4 && strcmp(path + l - 4, ".bin") == 0) return PAR_DATA_AUTO;
   return PAR_DATA_TEXT;
 }
 
@@ -132,7 +138,17 @@ static int map_file(const char *path, par_data_format_t fmt, shard_t *s, char *m
   }
   s->owned = 1;
   const uint8_t *p = s->map;
-  if (fmt == PAR_DATA_AUTO) fmt = detect(p, s->len, path);
+  if (fmt == PAR_DATA_AUTO) {
+    int32_t magic;
+    if ((fmt = detect(p, s->len, path, &magic)) == PAR_DATA_AUTO) {
+      snprintf(msg, ml,
+               "data file '%s': data.source = auto takes an llm.c shard by its magic number %d, and this "
+               ".bin file starts with %d (%zu bytes); name its format (llmc, uint16, uint32, text)",
+               path, LLMC_MAGIC, magic, s->len);
+      rc = STRATA_ECORRUPT;
+      goto done;
+    }
+  }
   switch (fmt) {
   case PAR_DATA_TEXT:
     s->width = 1, s->tokens = p, s->n = s->len;
@@ -170,6 +186,11 @@ static int map_file(const char *path, par_data_format_t fmt, shard_t *s, char *m
       goto done;
     }
     size_t body = s->len - LLMC_HEADER_BYTES;
+    if (h[2] == 0 && body == 0) {
+      snprintf(msg, ml, "data file '%s': an llm.c shard with no tokens (its header says 0)", path);
+      rc = STRATA_ECORRUPT;
+      goto done;
+    }
     if (h[2] <= 0 || (size_t)h[2] * 2 != body) {
       snprintf(msg, ml,
                "data file '%s': llm.c header says %d tokens (%lld bytes) but the file holds %zu "
@@ -332,6 +353,24 @@ int par_data_open(const par_data_options_t *opts, par_data_t **out, char *err, s
   }
   if (vmax >= 0x7fffffffu) FAIL(STRATA_ECORRUPT, "data '%s': token %u is too large", what, vmax);
   d->vocab = (int)vmax + 1;
+  /* How the largest token stands among the others (par_data_vocab_note). */
+  for (int i = 0; i < d->nshards; i++) {
+    const shard_t *s = &d->shards[i];
+    uint32_t below = 0;
+    uint64_t count = 0;
+    if (s->width == 1) {
+      below = 254;
+      continue;
+    }
+#pragma omp parallel for reduction(max : below) reduction(+ : count) schedule(static)
+    for (uint64_t j = 0; j < s->n; j++) {
+      uint32_t t = token_at(s, j);
+      if (t == vmax) count++;
+      else if (t > below) below = t;
+    }
+    d->max_count += count;
+    if (below > d->next_max) d->next_max = below;
+  }
   par_markov_destroy(mk);
   *out = d;
   return STRATA_OK;
@@ -357,7 +396,30 @@ void par_data_destroy(par_data_t *d) {
 }
 
 const char *par_data_error(const par_data_t *d) { return d ? d->err : "no data handle"; }
+const char *par_data_describe(const par_data_t *d, char *buf, size_t n) {
+  if (!buf || !n) return buf;
+  if (!d) return snprintf(buf, n, "none"), buf;
+  snprintf(buf, n, "seed=%llu seq=%d train_samples=%llu val_samples=%llu", (unsigned long long)d->seed, d->seq,
+           (unsigned long long)par_data_samples(d, PAR_SPLIT_TRAIN), (unsigned long long)par_data_samples(d, PAR_SPLIT_VAL));
+  return buf;
+}
 int par_data_vocab(const par_data_t *d) { return d ? d->vocab : 0; }
+
+const char *par_data_vocab_note(const par_data_t *d, char *buf, size_t n) {
+  if (!buf || !n) return buf;
+  buf[0] = 0;
+  uint64_t total = d ? par_data_tokens(d, PAR_SPLIT_TRAIN) + par_data_tokens(d, PAR_SPLIT_VAL) : 0;
+  if (!d || d->max_count == 0 || total == 0) return buf;
+  uint32_t top = (uint32_t)d->vocab - 1;
+  /* a few occurrences (at most 3, or 1 in 100000), at least twice every other token */
+  if ((d->max_count <= 3 || d->max_count * 100000 <= total) && top >= 2 * (d->next_max + 1))
+    snprintf(buf, n,
+             "the vocabulary is %d because token %u occurs %llu time%s in %llu tokens, while every other token "
+             "is at most %u",
+             d->vocab, top, (unsigned long long)d->max_count, d->max_count == 1 ? "" : "s",
+             (unsigned long long)total, d->next_max);
+  return buf;
+}
 double par_data_entropy_rate(const par_data_t *d) { return d ? d->entropy : -1; }
 uint64_t par_data_tokens(const par_data_t *d, par_split_t s) {
   return (d && (s == PAR_SPLIT_TRAIN || s == PAR_SPLIT_VAL)) ? d->split[s].tokens : 0;

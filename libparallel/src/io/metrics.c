@@ -60,7 +60,7 @@ int par_metrics_create(const char *path, const char *const *names, int count, pa
   char msg[512] = "", h5[256];
   hid_t fapl = -1, fcpl = -1, f = -1, space = -1, dcpl = -1, ds = -1;
   par_metrics_t *m = NULL;
-  h5_quiet();
+  H5_QUIET();
   if (!out || !path || !names || count < 1) {
     snprintf(msg, sizeof msg, "metrics: bad arguments (path %s, %d names)", path ? path : "NULL",
              count);
@@ -158,8 +158,8 @@ static int open_existing(const char *path, unsigned flags, hid_t *f, char *msg, 
     return STRATA_EIO;
   }
   if ((*f = open_file(path, flags)) < 0) {
-    snprintf(msg, ml, "metrics '%s': not a readable HDF5 file: %s", path,
-             h5_last_error(h5, sizeof h5));
+    h5_last_error(h5, sizeof h5);
+    snprintf(msg, ml, "metrics '%s': not a readable HDF5 file%s%s", path, h5[0] ? ": " : "", h5);
     return STRATA_ECORRUPT;
   }
   return STRATA_OK;
@@ -172,7 +172,7 @@ int par_metrics_open(const char *path, const char *const *names, int count, size
   hid_t f = -1, ds = -1, fs = -1;
   par_metrics_t *m = NULL;
   int rc = STRATA_OK;
-  h5_quiet();
+  H5_QUIET();
   if (!out || !path || !names || count < 1) return STRATA_EINVAL;
   *out = NULL;
   if (stat(path, &sb) != 0) return par_metrics_create(path, names, count, out, err, errlen);
@@ -240,7 +240,7 @@ int par_metrics_append(par_metrics_t *m, const double *values, int rows) {
   hid_t f = -1, ds = -1, fs = -1, ms = -1;
   double *col = NULL;
   if (!m) return STRATA_EINVAL;
-  h5_quiet();
+  H5_QUIET();
   if (rows < 0 || (rows > 0 && !values)) {
     snprintf(m->err, sizeof m->err, "metrics append: %d rows", rows);
     return STRATA_EINVAL;
@@ -297,7 +297,7 @@ int par_metrics_set_attr(par_metrics_t *m, const char *name, const char *value) 
   hid_t f = -1;
   int rc = STRATA_OK;
   if (!m) return STRATA_EINVAL;
-  h5_quiet();
+  H5_QUIET();
   if (!name || !*name || !value) {
     snprintf(m->err, sizeof m->err, "metrics set_attr: bad name or value");
     return STRATA_EINVAL;
@@ -327,7 +327,7 @@ int par_metrics_read(const char *path, const char *name, double **values, size_t
   hid_t f = -1, ds = -1, fs = -1;
   int rc;
   double *v = NULL;
-  h5_quiet();
+  H5_QUIET();
   if (!path || !name || !values || !n) return STRATA_EINVAL;
   *values = NULL, *n = 0;
   if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;
@@ -371,7 +371,7 @@ int par_metrics_read_attr(const char *path, const char *name, char **value, char
   char msg[512] = "", h5[256];
   hid_t f = -1;
   int rc;
-  h5_quiet();
+  H5_QUIET();
   if (!path || !name || !value) return STRATA_EINVAL;
   *value = NULL;
   if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;
@@ -415,7 +415,7 @@ int par_metrics_names(const char *path, char ***names, int *count, char *err, si
   hid_t f = -1;
   name_list_t l = {0};
   int rc;
-  h5_quiet();
+  H5_QUIET();
   if (!path || !names || !count) return STRATA_EINVAL;
   *names = NULL, *count = 0;
   if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;

@@ -14,9 +14,14 @@ static __thread char create_err[GPT_ERRLEN];
 const char *par_gpt_create_error(void) { return create_err; }
 
 int gpt_seterr(par_gpt_t *m, int code, const char *fmt, ...) {
+  char *buf = m ? m->err : create_err;
+  /* an allocation failure says so first (a libtensor message already does) */
+  int at = code == STRATA_ENOMEM && !strstr(fmt, "out of memory") && strcmp(fmt, "%s")
+               ? snprintf(buf, GPT_ERRLEN, "out of memory: ")
+               : 0;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(m ? m->err : create_err, GPT_ERRLEN, fmt, ap);
+  vsnprintf(buf + at, GPT_ERRLEN - (size_t)at, fmt, ap);
   va_end(ap);
   return code;
 }
