@@ -13,7 +13,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 export STRATA_THREADS=1
 R=recipes/quickstart.lua
-tiny=(model.layers=2 model.hidden=32 model.heads=4 model.seq=32 data.tokens=65536 train.batch=8
+tiny=(model.layers=2 model.hidden=32 model.heads=4 model.seq=32 train.batch=8
       train.steps=200 optim.warmup=10 train.eval_every=0 metrics.plot=false)
 cat README.md docs/*.md >"$work/text.txt"
 

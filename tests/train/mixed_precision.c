@@ -405,6 +405,7 @@ static void checkpoints(const char *dir) {
     CHECK(par_engine_step(c, d, &st) == 0 && isfinite(st.loss), "a step after loading: %s", par_engine_error(c));
     par_engine_destroy(c), par_data_destroy(d);
   }
+  MPI_Barrier(MPI_COMM_WORLD); /* every rank's serial load is done with the file */
   if (rank == 0) {
     printf("np=%d fp16 ZeRO-2 checkpoint: resumed bit for bit (losses and loss scale), loaded under bf16 ZeRO-3 "
            "and fp32 with the masters unchanged\n",
