@@ -8,6 +8,6 @@ BENCH_PROGRAMS += 0:$$BUILD/bin/bench_tensor_gpt@gpt124m@2 0:$$BUILD/bin/bench_t
 # inputs against a cuBLAS bf16 GEMM; built from the model's sources and
 # libtensor only, so it needs neither MPI nor HDF5 where it runs.
 ifeq ($(HAVE_CUDA),1)
-$(eval $(call strata_program,bench_tensor_gpu,bench/tensor_gpt.c $(wildcard libparallel/src/model/gpt*.c),tensor,-DBENCH_GPU_DEFAULTS -Ilibparallel/include -Ilibparallel/src/model))
+$(eval $(call strata_program,bench_tensor_gpu,bench/tensor_gpt.c $(wildcard libparallel/src/model/gpt*.c),tensor,-DBENCH_GPU_DEFAULTS -Ilibparallel/include -Ilibparallel/src/model -DGPT_WITHOUT_COMM))
 GPU_BENCH += $(BUILD)/bin/bench_tensor_gpu
 endif

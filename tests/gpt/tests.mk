@@ -3,3 +3,6 @@
 $(eval $(call strata_criterion,test_gpt,$(wildcard tests/gpt/test_*.c),parallel))
 $(eval $(call strata_program,gpt_example_train,tests/gpt/example_train.c,parallel))
 TEST_SUITES += sh:tests/gpt/example_train.sh
+# Megatron tensor parallelism in the model against the serial model.
+$(eval $(call strata_program,tp_equiv,tests/gpt/tp_equiv.c,parallel))
+TEST_SUITES += mpi:tests/gpt/mpi.list

@@ -6,6 +6,6 @@ TEST_SUITES += sh:tests/tensor/readme_example.sh
 # CPU vs CUDA equivalence (GPU machines, `make test-gpu`): a plain program
 # linking libtensor and the GPT model's sources only (no MPI, HDF5 or Criterion).
 ifeq ($(HAVE_CUDA),1)
-$(eval $(call strata_program,tensor_gpu_equiv,tests/tensor/gpu_equiv.c $(wildcard libparallel/src/model/gpt*.c),tensor,-Ilibparallel/include -Ilibparallel/src/model))
+$(eval $(call strata_program,tensor_gpu_equiv,tests/tensor/gpu_equiv.c $(wildcard libparallel/src/model/gpt*.c),tensor,-Ilibparallel/include -Ilibparallel/src/model -DGPT_WITHOUT_COMM))
 GPU_TESTS += $(BUILD)/bin/tensor_gpu_equiv
 endif

@@ -64,14 +64,25 @@ typedef struct {
 
 typedef struct par_gpt par_gpt_t;
 
+/* How tensor parallelism splits a parameter over the tensor group (rank r
+ * of t): Megatron's 1D layout (Shoeybi et al., arXiv 1909.08053, sec. 3). */
+typedef enum {
+  PAR_GPT_SPLIT_NONE = 0, /* replicated: layernorms, row-parallel biases, embeddings */
+  PAR_GPT_SPLIT_ROWS,     /* rows [r n/t, (r+1) n/t): column-parallel weights and their biases */
+  PAR_GPT_SPLIT_COLS,     /* columns [r n/t, (r+1) n/t): row-parallel weights */
+  PAR_GPT_SPLIT_QKV       /* rows of each third (q, k, v): the heads [r NH/t, (r+1) NH/t) */
+} par_gpt_split_t;
+
 /* One named parameter view into the flat arrays. */
 typedef struct {
   const char *name;    /* e.g. "h.3.attn.qkv.w"; owned by the model */
   size_t offset;       /* first element in the flat params/grads arrays */
   size_t numel;
   int ndim;            /* 1 or 2 */
-  int64_t shape[2];    /* global shape */
+  int64_t shape[2];    /* the shape this rank holds (the global one without tensor parallelism) */
   int decay;           /* 1: weight decay applies (matrices, embeddings); 0: biases, layernorm */
+  int64_t global[2];   /* the global shape */
+  int split;           /* par_gpt_split_t over the tensor group */
 } par_gpt_view_t;
 
 /* Where and how the model computes. */
@@ -84,8 +95,19 @@ typedef struct {
    * accessors (par_gpt_params, par_gpt_grads) return NULL. The training
    * engine uses this to shard them (ZeRO). */
   int external;
+  /* Megatron tensor parallelism (1D) over this group of ranks (borrowed;
+   * NULL: none): the attention heads and the MLP's hidden units are split
+   * over it, QKV and the first MLP projection column-parallel, the
+   * attention output and second MLP projection row-parallel, each rank
+   * holding its slice of the serial model (initialised by global index, so
+   * equal to the serial model's values); per block one allreduce of the
+   * (B, T, h) activations in forward and one in backward for the attention
+   * and for the MLP. The embeddings, layernorms and head are replicated.
+   * The heads must divide by the group's size. Collective over the group:
+   * every rank calls forward and backward together. */
+  struct comm *tp;
 } par_gpt_options_t;
-#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0}
+#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */

@@ -59,16 +59,21 @@ double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
 /* ---- views ---- */
 
 
+/* A view of global shape (d0, d1) split over the tensor group as `split`
+ * says: this rank holds shape[] of it. */
 static void add_view(par_gpt_t *m, char **names, size_t *off, view_init_t *inits, const char *name,
-                     int ndim, int64_t d0, int64_t d1, int decay, int init, float std) {
+                     int ndim, int64_t d0, int64_t d1, int decay, int init, float std, int split) {
   par_gpt_view_t *v = &m->views[m->nviews];
+  int t = m->tp_size;
   v->name = *names;
   *names += sprintf(*names, "%s", name) + 1;
   v->offset = *off;
   v->ndim = ndim;
-  v->shape[0] = d0;
-  v->shape[1] = ndim > 1 ? d1 : 0;
-  v->numel = (size_t)d0 * (ndim > 1 ? (size_t)d1 : 1);
+  v->global[0] = d0, v->global[1] = ndim > 1 ? d1 : 0;
+  v->split = t > 1 ? split : PAR_GPT_SPLIT_NONE;
+  v->shape[0] = v->split == PAR_GPT_SPLIT_ROWS || v->split == PAR_GPT_SPLIT_QKV ? d0 / t : d0;
+  v->shape[1] = ndim < 2 ? 0 : v->split == PAR_GPT_SPLIT_COLS ? d1 / t : d1;
+  v->numel = (size_t)v->shape[0] * (ndim > 1 ? (size_t)v->shape[1] : 1);
   v->decay = decay;
   inits[m->nviews].init = init;
   inits[m->nviews].std = std;
@@ -135,6 +140,17 @@ int par_gpt_bind(par_gpt_t *m, int r, float *params, float *grads) {
   return STRATA_OK;
 }
 
+#if defined(GPT_WITHOUT_COMM) /* the GPU bundles build the model with libtensor alone */
+int gpt_tp_query(struct comm *tp, int *rank, int *size) {
+  (void)tp, *rank = 0, *size = 1;
+  return STRATA_EUNSUPPORTED;
+}
+int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t) {
+  (void)t;
+  return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
+}
+#endif
+
 int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {
   if (!m) return STRATA_EINVAL;
   if (!(scale > 0) || !isfinite(scale))
@@ -149,6 +165,29 @@ void par_gpt_set_hook(par_gpt_t *m, par_gpt_hook_t hook, void *ctx) {
   m->hook_ctx = ctx;
 }
 
+/* The whole of view i as this rank holds it, into dst: the values of the
+ * global tensor at its slice (or slices: q, k and v of QKV), by global
+ * index, so that every split draws the serial model's values. */
+static int fill_split_view(par_gpt_t *m, int i, uint64_t seed, float *dst) {
+  const par_gpt_view_t *v = &m->views[i];
+  if (m->inits[i].init != INIT_NORMAL) {
+    tensor_t t = tensor_view1(dst, TENSOR_F32, m->device, (int64_t)v->numel);
+    return tensor_fill(m->tc, &t, m->inits[i].init == INIT_ONES ? 1.f : 0.f);
+  }
+  int pieces = v->split == PAR_GPT_SPLIT_QKV ? 3 : 1;
+  int64_t rows = v->shape[0] / pieces, cols = v->ndim > 1 ? v->shape[1] : 1;
+  for (int k = 0; k < pieces; k++) {
+    tensor_slice_t sl = {.ndim = v->ndim, .shape = {v->global[0], v->global[1]}};
+    if (v->split == PAR_GPT_SPLIT_COLS) sl.start[1] = (int64_t)m->tp_rank * v->shape[1];
+    else sl.start[0] = k * (v->global[0] / pieces) + (int64_t)m->tp_rank * rows;
+    int64_t shape[2] = {rows, cols};
+    tensor_t t = tensor_view(dst + (size_t)(k * rows * cols), TENSOR_F32, m->device, v->ndim, shape);
+    int rc = tensor_fill_normal(m->tc, &t, seed, v->name, &sl, 0.f, m->inits[i].std);
+    if (rc) return rc;
+  }
+  return STRATA_OK;
+}
+
 int par_gpt_init_values(par_gpt_t *m, uint64_t seed, size_t offset, size_t count, float *out) {
   if (!m || (count && !out)) return STRATA_EINVAL;
   size_t end = offset + count;
@@ -156,6 +195,18 @@ int par_gpt_init_values(par_gpt_t *m, uint64_t seed, size_t offset, size_t count
     const par_gpt_view_t *v = &m->views[i];
     size_t a = v->offset > offset ? v->offset : offset, b = v->offset + v->numel < end ? v->offset + v->numel : end;
     if (a >= b) continue;
+    if (v->split != PAR_GPT_SPLIT_NONE) { /* a slice of the global tensor: whole, then the part asked */
+      int whole = a == v->offset && b == v->offset + v->numel;
+      float *tmp = whole ? out + (a - offset) : malloc(v->numel * sizeof *tmp);
+      if (!tmp) return gpt_seterr(m, STRATA_ENOMEM, "initialising %s", v->name);
+      int rc = fill_split_view(m, i, seed, tmp);
+      if (!whole) {
+        if (!rc) memcpy(out + (a - offset), tmp + (a - v->offset), (b - a) * sizeof *tmp);
+        free(tmp);
+      }
+      if (rc) return gpt_tensor_err(m, rc);
+      continue;
+    }
     /* the view's elements [a, b) as a slice of the view seen flat */
     tensor_t t = tensor_view1(out + (a - offset), TENSOR_F32, m->device, (int64_t)(b - a));
     tensor_slice_t sl = {.ndim = 1, .shape = {(int64_t)v->numel}, .start = {(int64_t)(a - v->offset)}};
@@ -189,6 +240,22 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   m->cfg = *cfg;
   par_gpt_options_t od = PAR_GPT_OPTIONS_DEFAULTS;
   m->opts = opts ? *opts : od;
+  m->tp = m->opts.tp, m->tp_rank = 0, m->tp_size = 1;
+  if (m->tp) {
+    if ((rc = gpt_tp_query(m->tp, &m->tp_rank, &m->tp_size))) {
+      gpt_seterr(NULL, rc, "par_gpt_create: tensor parallelism needs libcomm, which this build of the model lacks");
+      goto fail;
+    }
+    if (m->tp_size < 1 || cfg->heads % m->tp_size) {
+      rc = gpt_seterr(NULL, STRATA_EINVAL, "par_gpt_create: %d heads do not divide over a tensor-parallel group of %d",
+                      cfg->heads, m->tp_size);
+      goto fail;
+    }
+    if (m->opts.device >= 0) {
+      rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: tensor parallelism runs on the CPU in this build");
+      goto fail;
+    }
+  }
   m->loss_scale = 1.0f;
   m->device = m->opts.device < 0 ? TENSOR_CPU : m->opts.device;
   tensor_ctx_options_t to = TENSOR_CTX_OPTIONS_DEFAULTS;
@@ -214,31 +281,31 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   char *names = m->names, nm[32];
   size_t off = 0;
   float std = 0.02f, pstd = 0.02f / sqrtf(2.f * L);
-  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std);
-  add_view(m, &names, &off, inits, "wpe", 2, Tm, C, 1, INIT_NORMAL, std);
+  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_NONE);
+  add_view(m, &names, &off, inits, "wpe", 2, Tm, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_NONE);
   for (int l = 0; l < L; l++) {
-#define V1(suffix, n, dec, init, s)                                                                \
-  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 1, n, 0, dec, init, s)
-#define V2(suffix, r, c, s)                                                                        \
-  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 2, r, c, 1, INIT_NORMAL, s)
-    V1("ln_1.w", C, 0, INIT_ONES, 0);
-    V1("ln_1.b", C, 0, INIT_ZEROS, 0);
-    V2("attn.qkv.w", 3 * C, C, std);
-    V1("attn.qkv.b", 3 * C, 0, INIT_ZEROS, 0);
-    V2("attn.proj.w", C, C, pstd);
-    V1("attn.proj.b", C, 0, INIT_ZEROS, 0);
-    V1("ln_2.w", C, 0, INIT_ONES, 0);
-    V1("ln_2.b", C, 0, INIT_ZEROS, 0);
-    V2("mlp.fc.w", 4 * C, C, std);
-    V1("mlp.fc.b", 4 * C, 0, INIT_ZEROS, 0);
-    V2("mlp.proj.w", C, 4 * C, pstd);
-    V1("mlp.proj.b", C, 0, INIT_ZEROS, 0);
+#define V1(suffix, n, dec, init, s, sp)                                                            \
+  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 1, n, 0, dec, init, s, sp)
+#define V2(suffix, r, c, s, sp)                                                                    \
+  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 2, r, c, 1, INIT_NORMAL, s, sp)
+    V1("ln_1.w", C, 0, INIT_ONES, 0, PAR_GPT_SPLIT_NONE);
+    V1("ln_1.b", C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
+    V2("attn.qkv.w", 3 * C, C, std, PAR_GPT_SPLIT_QKV);
+    V1("attn.qkv.b", 3 * C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_QKV);
+    V2("attn.proj.w", C, C, pstd, PAR_GPT_SPLIT_COLS);
+    V1("attn.proj.b", C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
+    V1("ln_2.w", C, 0, INIT_ONES, 0, PAR_GPT_SPLIT_NONE);
+    V1("ln_2.b", C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
+    V2("mlp.fc.w", 4 * C, C, std, PAR_GPT_SPLIT_ROWS);
+    V1("mlp.fc.b", 4 * C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_ROWS);
+    V2("mlp.proj.w", C, 4 * C, pstd, PAR_GPT_SPLIT_COLS);
+    V1("mlp.proj.b", C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
 #undef V1
 #undef V2
   }
-  add_view(m, &names, &off, inits, "ln_f.w", 1, C, 0, 0, INIT_ONES, 0);
-  add_view(m, &names, &off, inits, "ln_f.b", 1, C, 0, 0, INIT_ZEROS, 0);
-  m->inits = inits, inits = NULL;
+  add_view(m, &names, &off, inits, "ln_f.w", 1, C, 0, 0, INIT_ONES, 0, PAR_GPT_SPLIT_NONE);
+  add_view(m, &names, &off, inits, "ln_f.b", 1, C, 0, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
+  m->inits = inits, inits = NULL; /* (fill_split_view reads m->inits) */
   int64_t n = (int64_t)off;
   /* With external storage the caller binds every region (par_gpt_bind). */
   for (int r = 0; r < L + 2; r++) bind_region(m, r, NULL, NULL);
@@ -292,11 +359,13 @@ void par_gpt_destroy(par_gpt_t *m) {
  * stores, growing them when B*T exceeds what they hold. */
 int gpt_prepare(par_gpt_t *m, int B, int T) {
   int rc = STRATA_OK;
-  int L = m->cfg.layers, NH = m->cfg.heads, nsets = m->cfg.recompute ? 1 : L;
+  int t = m->tp_size, L = m->cfg.layers, NH = m->cfg.heads / t, nsets = m->cfg.recompute ? 1 : L;
   int64_t C = m->cfg.hidden, V = m->cfg.vocab, R = (int64_t)B * T;
-  int64_t per_set = 15 * R * C + 4 * R + R * NH;
+  /* this rank's share of the split activations: qkv, attention output, MLP hidden */
+  int64_t C3 = 3 * C / t, Ca = C / t, C4 = 4 * C / t;
+  int64_t per_set = R * (3 * C + C3 + Ca + 2 * C4) + 4 * R + R * NH;
   int64_t acts_n = (L + 1) * R * C + nsets * per_set + 2 * R * C + 4 * R + R * V;
-  int64_t grads_n = 14 * R * C + R * V;
+  int64_t grads_n = R * (2 * C + C3 + Ca + 2 * C4) + R * V;
   if (R > m->cap_bt) {
     free_acts(m);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
@@ -325,15 +394,15 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   for (int l = 0; l <= L; l++) T3(m->x[l], C);
   for (int s = 0; s < nsets; s++) {
     gpt_acts_t *a = &m->acts[s];
-    T3(a->ln1, C), T2(a->ln1_mean), T2(a->ln1_rstd), T3(a->qkv, 3 * C), T3(a->atty, C);
+    T3(a->ln1, C), T2(a->ln1_mean), T2(a->ln1_rstd), T3(a->qkv, C3), T3(a->atty, Ca);
     a->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH;
-    T3(a->res2, C), T3(a->ln2, C), T2(a->ln2_mean), T2(a->ln2_rstd), T3(a->fch, 4 * C), T3(a->fch_gelu, 4 * C);
+    T3(a->res2, C), T3(a->ln2, C), T2(a->ln2_mean), T2(a->ln2_rstd), T3(a->fch, C4), T3(a->fch_gelu, C4);
   }
   T3(m->lnf_out, C), T2(m->lnf_mean), T2(m->lnf_rstd), T3(m->logits, V), T2(m->losses), T2(m->lse);
   T3(m->tmp, C);
   p = m->g_store.data;
-  T3(m->dres, C), T3(m->dln, C), T3(m->dqkv, 3 * C), T3(m->datty, C), T3(m->dfch, 4 * C),
-      T3(m->dfch_gelu, 4 * C), T3(m->dlogits, V);
+  T3(m->dres, C), T3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4),
+      T3(m->dlogits, V);
   /* dlogits is last: the view arithmetic above must not outgrow the stores. */
   int32_t *ids = m->ids_store.data;
   m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);

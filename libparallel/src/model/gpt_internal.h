@@ -43,6 +43,8 @@ struct par_gpt {
   float loss_scale;    /* par_gpt_set_loss_scale */
   void *hook_ctx;
   par_gpt_options_t opts;
+  struct comm *tp;      /* tensor-parallel group (opts.tp), or NULL */
+  int tp_rank, tp_size; /* 0 and 1 without one */
   tensor_ctx_t *tc;
   int device;
   tensor_t params, grads; /* flat f32 */
@@ -71,6 +73,12 @@ struct par_gpt {
   int32_t *host_ids;
   char err[GPT_ERRLEN];
 };
+
+/* Sums t over the tensor-parallel group, in place (Megatron's f in
+ * backward, g in forward); this rank's place in the group. In tp_comm.c,
+ * over libcomm (stubs in gpt.c under GPT_WITHOUT_COMM). */
+int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t);
+int gpt_tp_query(struct comm *tp, int *rank, int *size);
 
 /* Sizes the activation buffers for (B, T). */
 int gpt_prepare(par_gpt_t *m, int B, int T);

@@ -32,21 +32,39 @@ fail:
   return rc;
 }
 
-/* y = x + proj(attn(qkv(ln1(x)))), then y += fcproj(gelu(fc(ln2(.)))). */
+/* A row-parallel linear layer (Megatron's g): out = sum over the tensor
+ * group of in_r W_r^T, then the (replicated) bias, added once. Without
+ * tensor parallelism, the plain linear layer. */
+static int row_parallel_forward(par_gpt_t *m, tensor_t *out, const tensor_t *in, const gpt_param2_t *p) {
+  int rc = STRATA_OK;
+  if (m->tp_size < 2) {
+    T_(tensor_linear_forward(m->tc, out, in, &p->w, &p->b));
+    return rc;
+  }
+  T_(tensor_linear_forward(m->tc, out, in, &p->w, NULL));
+  if ((rc = gpt_tp_allreduce(m, out))) goto fail;
+  T_(tensor_bias_add_forward(m->tc, out, out, &p->b));
+fail:
+  return rc;
+}
+
+/* y = x + proj(attn(qkv(ln1(x)))), then y += fcproj(gelu(fc(ln2(.)))).
+ * Under tensor parallelism qkv and fc are column-parallel (this rank's
+ * heads and hidden units), proj and fcproj row-parallel. */
 int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, tensor_t *y) {
   int rc = STRATA_OK;
   gpt_block_t *k = &m->blocks[l];
   tensor_ctx_t *tc = m->tc;
   T_(tensor_layernorm_forward(tc, &a->ln1, &a->ln1_mean, &a->ln1_rstd, x, &k->ln1.w, &k->ln1.b, GPT_LN_EPS));
   T_(tensor_linear_forward(tc, &a->qkv, &a->ln1, &k->qkv.w, &k->qkv.b));
-  T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads));
-  T_(tensor_linear_forward(tc, &m->tmp, &a->atty, &k->proj.w, &k->proj.b));
+  T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
+  if ((rc = row_parallel_forward(m, &m->tmp, &a->atty, &k->proj))) goto fail;
   T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
   T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
                               GPT_LN_EPS));
   T_(tensor_linear_forward(tc, &a->fch, &a->ln2, &k->fc.w, &k->fc.b));
   T_(tensor_gelu_forward(tc, &a->fch_gelu, &a->fch));
-  T_(tensor_linear_forward(tc, &m->tmp, &a->fch_gelu, &k->fcproj.w, &k->fcproj.b));
+  if ((rc = row_parallel_forward(m, &m->tmp, &a->fch_gelu, &k->fcproj))) goto fail;
   T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
   m->scratch_layer = l;
 fail:
@@ -66,14 +84,16 @@ int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
   T_(tensor_gelu_backward(tc, &m->dfch, &m->dfch_gelu, &a->fch));
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &k->fc.dw, &k->fc.db, &m->dfch, &a->ln2, &k->fc.w));
+  if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail; /* Megatron's f: the column-parallel input's gradient */
   T_(tensor_layernorm_backward(tc, &m->dres, &k->ln2.dw, &k->ln2.db, &m->dln, &a->res2, &k->ln2.w,
                                &a->ln2_mean, &a->ln2_rstd));
   T_(tensor_zero(tc, &m->datty));
   T_(tensor_linear_backward(tc, &m->datty, &k->proj.dw, &k->proj.db, &m->dres, &a->atty, &k->proj.w));
   T_(tensor_zero(tc, &m->dqkv));
-  T_(tensor_attention_backward(tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads));
+  T_(tensor_attention_backward(tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads / m->tp_size));
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &k->qkv.dw, &k->qkv.db, &m->dqkv, &a->ln1, &k->qkv.w));
+  if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail;
   T_(tensor_layernorm_backward(tc, &m->dres, &k->ln1.dw, &k->ln1.db, &m->dln, x, &k->ln1.w,
                                &a->ln1_mean, &a->ln1_rstd));
 fail:

@@ -1,0 +1,16 @@
+/* The model's tensor-parallel communication over libcomm, apart from the
+ * layers so that the GPU bundles can build the model without MPI. */
+#include <strata/comm.h>
+
+#include "gpt_internal.h"
+
+int gpt_tp_query(struct comm *tp, int *rank, int *size) {
+  *rank = comm_rank(tp), *size = comm_size(tp);
+  return *size >= 1 ? STRATA_OK : STRATA_EINVAL;
+}
+
+int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t) {
+  if (!m->tp || m->tp_size < 2) return STRATA_OK;
+  int rc = comm_allreduce(m->tp, t->data, t->data, (size_t)tensor_numel(t), COMM_F32, COMM_SUM);
+  return rc ? gpt_seterr(m, rc, "tensor parallelism: %s", comm_last_error(m->tp)) : STRATA_OK;
+}
