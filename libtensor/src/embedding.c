@@ -1,10 +1,13 @@
 /* Token + position embedding lookup and its scatter-add backward. */
+#include <stdint.h>
 #include <string.h>
 
 #include "tensor_internal.h"
 
+/* slice: wte holds rows [lo, lo + V) of a vocabulary split over ranks, and
+ * an id outside them is another rank's (any id >= 0 is valid). */
 static int check_emb(tensor_ctx_t *ctx, const char *fn, const tensor_t *x, const tensor_t *ids,
-                     const tensor_t *wte, const tensor_t *wpe, int *B, int *T, int *C, int *V) {
+                     const tensor_t *wte, const tensor_t *wpe, int *B, int *T, int *C, int *V, int slice) {
   int rc = STRATA_OK;
   char s1[96], s2[96], s3[96];
   TRY(tensor_check(ctx, fn, "ids", ids, TENSOR_I32, 2, 2));
@@ -34,23 +37,23 @@ static int check_emb(tensor_ctx_t *ctx, const char *fn, const tensor_t *x, const
   if (x->device == TENSOR_CPU && wte) {
     const int32_t *id = ids->data;
     for (int64_t i = 0; i < (int64_t)*B * *T; i++)
-      CHECK(id[i] >= 0 && id[i] < *V, STRATA_EINVAL, "%s: ids[%lld] = %d outside [0, %d)", fn,
-            (long long)i, id[i], *V);
+      CHECK(id[i] >= 0 && (slice || id[i] < *V), STRATA_EINVAL, "%s: ids[%lld] = %d outside [0, %d)", fn,
+            (long long)i, id[i], slice ? INT32_MAX : *V);
   }
 fail:
   return rc;
 }
 
-int tensor_embedding_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *ids,
-                             const tensor_t *wte, const tensor_t *wpe) {
+static int emb_forward(tensor_ctx_t *ctx, const char *fn, tensor_t *out, const tensor_t *ids,
+                       const tensor_t *wte, const tensor_t *wpe, int64_t lo, int slice) {
   int rc = STRATA_OK, B, T, C, V;
-  const char *fn = "tensor_embedding_forward";
   if (!ctx) return STRATA_EINVAL;
   CHECK(wte, STRATA_EINVAL, "%s: wte is NULL", fn);
-  TRY(check_emb(ctx, fn, out, ids, wte, wpe, &B, &T, &C, &V));
+  CHECK(lo >= 0, STRATA_EINVAL, "%s: vocab_lo %lld < 0", fn, (long long)lo);
+  TRY(check_emb(ctx, fn, out, ids, wte, wpe, &B, &T, &C, &V, slice));
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_embedding_forward(ctx, out->data, ids->data, wte->data, wpe ? wpe->data : NULL, B, T, C, V));
+    TRY(tcu_embedding_forward(ctx, out->data, ids->data, wte->data, wpe ? wpe->data : NULL, B, T, C, V, lo, slice));
 #endif
     goto fail;
   }
@@ -60,7 +63,13 @@ int tensor_embedding_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *i
 #pragma omp parallel for num_threads(ctx->threads) schedule(static) if ((int64_t)B * T * C > 32768)
   for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
     float *orow = o + bt * C;
-    const float *er = e + (int64_t)id[bt] * C;
+    int64_t local = (int64_t)id[bt] - lo;
+    if (local < 0 || local >= V) { /* another rank's token: its position only */
+      if (p) memcpy(orow, p + (bt % T) * C, (size_t)C * sizeof(float));
+      else memset(orow, 0, (size_t)C * sizeof(float));
+      continue;
+    }
+    const float *er = e + local * C;
     if (p) {
       const float *pr = p + (bt % T) * C;
 #pragma omp simd
@@ -73,16 +82,26 @@ fail:
   return rc;
 }
 
-int tensor_embedding_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe, const tensor_t *dout,
-                              const tensor_t *ids) {
+int tensor_embedding_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *ids,
+                             const tensor_t *wte, const tensor_t *wpe) {
+  return emb_forward(ctx, "tensor_embedding_forward", out, ids, wte, wpe, 0, 0);
+}
+
+int tensor_embedding_slice_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *ids, const tensor_t *wte,
+                                   const tensor_t *wpe, int64_t vocab_lo) {
+  return emb_forward(ctx, "tensor_embedding_slice_forward", out, ids, wte, wpe, vocab_lo, 1);
+}
+
+static int emb_backward(tensor_ctx_t *ctx, const char *fn, tensor_t *dwte, tensor_t *dwpe, const tensor_t *dout,
+                        const tensor_t *ids, int64_t lo, int slice) {
   int rc = STRATA_OK, B, T, C, V;
-  const char *fn = "tensor_embedding_backward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(check_emb(ctx, fn, dout, ids, dwte, dwpe, &B, &T, &C, &V));
+  CHECK(lo >= 0, STRATA_EINVAL, "%s: vocab_lo %lld < 0", fn, (long long)lo);
+  TRY(check_emb(ctx, fn, dout, ids, dwte, dwpe, &B, &T, &C, &V, slice));
   if (dout->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
     TRY(tcu_embedding_backward(ctx, dwte ? dwte->data : NULL, dwpe ? dwpe->data : NULL, dout->data,
-                               ids->data, B, T, C, V));
+                               ids->data, B, T, C, V, lo));
 #endif
     goto fail;
   }
@@ -96,8 +115,9 @@ int tensor_embedding_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe,
     int c0 = blk * 32, c1 = c0 + 32 < C ? c0 + 32 : C;
     for (int64_t bt = 0; bt < (int64_t)B * T; bt++) {
       const float *gr = g + bt * C;
-      if (de) {
-        float *er = de + (int64_t)id[bt] * C;
+      int64_t local = (int64_t)id[bt] - lo;
+      if (de && local >= 0 && local < V) {
+        float *er = de + local * C;
         for (int i = c0; i < c1; i++) er[i] += gr[i];
       }
       if (dp) {
@@ -108,4 +128,14 @@ int tensor_embedding_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe,
   }
 fail:
   return rc;
+}
+
+int tensor_embedding_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe, const tensor_t *dout,
+                              const tensor_t *ids) {
+  return emb_backward(ctx, "tensor_embedding_backward", dwte, dwpe, dout, ids, 0, 0);
+}
+
+int tensor_embedding_slice_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe, const tensor_t *dout,
+                                    const tensor_t *ids, int64_t vocab_lo) {
+  return emb_backward(ctx, "tensor_embedding_slice_backward", dwte, dwpe, dout, ids, vocab_lo, 1);
 }

@@ -54,13 +54,15 @@ int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float
 int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse, int B, int T, int C, int NH);
 int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids, const float *wte,
-                          const float *wpe, int B, int T, int C, int V);
+                          const float *wpe, int B, int T, int C, int V, int64_t lo, int slice);
 int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,
-                           const int32_t *ids, int B, int T, int C, int V);
+                           const int32_t *ids, int B, int T, int C, int V, int64_t lo);
 int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
                      const int32_t *targets, int64_t rows, int V);
 int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
-                      const int32_t *targets, int64_t rows, int V, float dloss);
+                      const int32_t *targets, int64_t rows, int V, float dloss, int64_t lo, int slice);
+int tcu_xent_slice_forward(tensor_ctx_t *ctx, float *lse, float *zt, const float *logits, const int32_t *targets,
+                           int64_t rows, int V, int64_t lo);
 /* out = in * mask / (1-p) (accumulate: out += ...), mask from Philox(key, offset + i). */
 int tcu_dropout(tensor_ctx_t *ctx, float *out, const float *in, int64_t n, float p,
                 const uint32_t key[2], int64_t offset, int accumulate);

@@ -6,8 +6,10 @@
 #include "simd.h"
 #include "tensor_internal.h"
 
+/* slice: the logits are a vocabulary slice, and a target outside it is
+ * another rank's (any target is then valid). */
 static int check_xent(tensor_ctx_t *ctx, const char *fn, const tensor_t *logits,
-                      const tensor_t *targets, const tensor_t *lse, int64_t *rows, int *V) {
+                      const tensor_t *targets, const tensor_t *lse, int64_t *rows, int *V, int slice) {
   int rc = STRATA_OK;
   char s1[96], s2[96];
   TRY(tensor_check(ctx, fn, "logits", logits, TENSOR_F32, 1, 4));
@@ -20,7 +22,7 @@ static int check_xent(tensor_ctx_t *ctx, const char *fn, const tensor_t *logits,
   CHECK(tensor_numel(targets) == *rows && tensor_numel(lse) == *rows, STRATA_ESHAPE,
         "%s: targets %s and lse need one entry per row of logits %s", fn,
         tensor_describe(targets, s1, sizeof s1), tensor_describe(logits, s2, sizeof s2));
-  if (logits->device == TENSOR_CPU) {
+  if (logits->device == TENSOR_CPU && !slice) {
     const int32_t *t = targets->data;
     for (int64_t i = 0; i < *rows; i++)
       CHECK(t[i] < *V, STRATA_EINVAL, "%s: targets[%lld] = %d >= V = %d", fn, (long long)i, t[i], *V);
@@ -54,7 +56,7 @@ int tensor_xent_forward(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, cons
   char s1[96], s2[96];
   const char *fn = "tensor_xent_forward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(check_xent(ctx, fn, logits, targets, lse, &rows, &V));
+  TRY(check_xent(ctx, fn, logits, targets, lse, &rows, &V, 0));
   TRY(tensor_check(ctx, fn, "losses", losses, TENSOR_F32, 1, 4));
   TRY(tensor_check_device(ctx, fn, "losses", losses, logits->device));
   CHECK(tensor_numel(losses) == rows, STRATA_ESHAPE, "%s: losses %s for logits %s", fn,
@@ -79,14 +81,47 @@ fail:
   return rc;
 }
 
-int tensor_xent_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits,
-                         const tensor_t *lse, const tensor_t *targets, float dloss) {
+int tensor_xent_slice_forward(tensor_ctx_t *ctx, tensor_t *lse, tensor_t *zt, const tensor_t *logits,
+                              const tensor_t *targets, int64_t vocab_lo) {
   int rc = STRATA_OK, V;
   int64_t rows;
   char s1[96], s2[96];
-  const char *fn = "tensor_xent_backward";
+  const char *fn = "tensor_xent_slice_forward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(check_xent(ctx, fn, logits, targets, lse, &rows, &V));
+  CHECK(vocab_lo >= 0, STRATA_EINVAL, "%s: vocab_lo %lld < 0", fn, (long long)vocab_lo);
+  TRY(check_xent(ctx, fn, logits, targets, lse, &rows, &V, 1));
+  TRY(tensor_check(ctx, fn, "zt", zt, TENSOR_F32, 1, 4));
+  TRY(tensor_check_device(ctx, fn, "zt", zt, logits->device));
+  CHECK(tensor_numel(zt) == rows, STRATA_ESHAPE, "%s: zt %s for logits %s", fn, tensor_describe(zt, s1, sizeof s1),
+        tensor_describe(logits, s2, sizeof s2));
+  if (logits->device != TENSOR_CPU) {
+#if defined(STRATA_CUDA)
+    TRY(tcu_xent_slice_forward(ctx, lse->data, zt->data, logits->data, targets->data, rows, V, vocab_lo));
+#endif
+    goto fail;
+  }
+  const float *z = logits->data;
+  const int32_t *t = targets->data;
+  float *ls = lse->data, *zo = zt->data;
+#pragma omp parallel for num_threads(ctx->threads) schedule(static) if (rows * V > 32768)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *zr = z + r * V;
+    int64_t local = (int64_t)t[r] - vocab_lo;
+    ls[r] = row_lse(zr, V);
+    zo[r] = t[r] >= 0 && local >= 0 && local < V ? zr[local] : 0.f;
+  }
+fail:
+  return rc;
+}
+
+static int xent_backward(tensor_ctx_t *ctx, const char *fn, tensor_t *dlogits, const tensor_t *logits,
+                         const tensor_t *lse, const tensor_t *targets, float dloss, int64_t lo, int slice) {
+  int rc = STRATA_OK, V;
+  int64_t rows;
+  char s1[96], s2[96];
+  if (!ctx) return STRATA_EINVAL;
+  CHECK(lo >= 0, STRATA_EINVAL, "%s: vocab_lo %lld < 0", fn, (long long)lo);
+  TRY(check_xent(ctx, fn, logits, targets, lse, &rows, &V, slice));
   if (!dlogits) goto fail;
   TRY(tensor_check(ctx, fn, "dlogits", dlogits, TENSOR_F32, 1, 4));
   TRY(tensor_check_device(ctx, fn, "dlogits", dlogits, logits->device));
@@ -94,7 +129,7 @@ int tensor_xent_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *l
         tensor_describe(dlogits, s1, sizeof s1), tensor_describe(logits, s2, sizeof s2));
   if (logits->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_xent_backward(ctx, dlogits->data, logits->data, lse->data, targets->data, rows, V, dloss));
+    TRY(tcu_xent_backward(ctx, dlogits->data, logits->data, lse->data, targets->data, rows, V, dloss, lo, slice));
 #endif
     goto fail;
   }
@@ -115,8 +150,19 @@ int tensor_xent_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *l
     }
 #endif
     for (; i < V; i++) dr[i] += dloss * expf(zr[i] - m);
-    dr[t[r]] -= dloss;
+    int64_t local = (int64_t)t[r] - lo;
+    if (local >= 0 && local < V) dr[local] -= dloss;
   }
 fail:
   return rc;
+}
+
+int tensor_xent_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits, const tensor_t *lse,
+                         const tensor_t *targets, float dloss) {
+  return xent_backward(ctx, "tensor_xent_backward", dlogits, logits, lse, targets, dloss, 0, 0);
+}
+
+int tensor_xent_slice_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits, const tensor_t *lse,
+                               const tensor_t *targets, float dloss, int64_t vocab_lo) {
+  return xent_backward(ctx, "tensor_xent_slice_backward", dlogits, logits, lse, targets, dloss, vocab_lo, 1);
 }

@@ -7,7 +7,10 @@
  *  - libcomm's counters equal Megatron's volume: per block one allreduce of
  *    the (B, T, h) activations after the attention and one after the MLP in
  *    forward, and one each for the inputs' gradients in backward, 4 L B T h
- *    floats, each sent 2 (t - 1) / t times by the ring;
+ *    floats; the vocabulary-parallel embedding's sum and the head's input
+ *    gradient, 2 B T h; the cross-entropy's target logits (B T) allreduced
+ *    and log-sum-exps (B T per rank) gathered, never the logits; each sent
+ *    2 (t - 1) / t (allreduce) or (t - 1) / t (all-gather) times by the ring;
  *  - 5 steps of plain SGD on the slices follow the serial run.
  * Tolerance: the row-parallel layers sum t partial products where the
  * serial GEMM sums one, and the f operator sums the inputs' gradients: fp32
@@ -95,11 +98,18 @@ static void run(const par_gpt_config_t *c, comm_t *tp) {
     if (big > 0 && d / big > worst) worst = d / big, wname = tv->name;
   }
   CHECK(worst <= 1e-5, "gradients: %s %.3g of its largest element apart", wname, worst);
-  comm_counter_t n;
+  comm_counter_t n, g;
   comm_counters(tp, COMM_K_ALLREDUCE, &n);
-  double want = ranks == 1 ? 0 : 4.0 * c->layers * B * T * c->hidden * 4 * 2.0 * (ranks - 1) / ranks;
-  CHECK(fabs((double)n.bytes_sent - want) <= 4.0 * c->layers, "allreduce sent %llu bytes, Megatron's 4 L B T h: %.0f",
-        (unsigned long long)n.bytes_sent, want);
+  comm_counters(tp, COMM_K_ALLGATHER, &g);
+  /* (4 L + 2) B T h floats allreduced (the blocks; the embedding's sum and
+   * the head's input gradient) and B T target logits; B T log-sum-exps
+   * gathered: never the logits */
+  double R = (double)B * T, f = (double)(ranks - 1) / ranks;
+  double want = ranks == 1 ? 0 : ((4.0 * c->layers + 2) * R * c->hidden + R) * 4 * 2 * f;
+  double want_g = ranks == 1 ? 0 : R * 4 * ranks * f;
+  CHECK(fabs((double)n.bytes_sent - want) <= 8.0 * c->layers + 8 && fabs((double)g.bytes_sent - want_g) <= 1,
+        "sent allreduce %llu bytes (Megatron's (4 L + 2) B T h + B T floats: %.0f), all-gather %llu (B T floats: %.0f)",
+        (unsigned long long)n.bytes_sent, want, (unsigned long long)g.bytes_sent, want_g);
   /* 4. SGD on the slices */
   float lr = 0.05f, l5s = 0, l5m = 0;
   size_t ns, nm;
@@ -115,8 +125,9 @@ static void run(const par_gpt_config_t *c, comm_t *tp) {
   CHECK(fabs(l5s - l5m) <= 1e-5 * fabs(l5s), "after 5 SGD steps: loss %.9g, serial %.9g", l5m, l5s);
   if (rank == 0)
     printf("tp=%d L%d h%d heads %d: slices equal; loss %.7f (serial %.7f), gradients within %.2g of their "
-           "largest element; allreduce %llu bytes = 4 L B T h x 4 x 2(t-1)/t; after 5 SGD steps %.7f (serial %.7f)\n",
-           ranks, c->layers, c->hidden, c->heads, lm, ls, worst, (unsigned long long)n.bytes_sent, l5m, l5s);
+           "largest element; allreduce %llu bytes, all-gather %llu (Megatron's volumes); after 5 SGD steps %.7f (serial %.7f)\n",
+           ranks, c->layers, c->hidden, c->heads, lm, ls, worst, (unsigned long long)n.bytes_sent,
+           (unsigned long long)g.bytes_sent, l5m, l5s);
 done:
   par_gpt_destroy(s), par_gpt_destroy(m);
   free(tok), free(tg), free(buf);
@@ -129,16 +140,21 @@ int main(int argc, char **argv) {
   comm_t *tp = NULL;
   if (comm_from_mpi(&tp, MPI_COMM_WORLD, NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
   par_gpt_config_t a = {.layers = 2, .hidden = 32, .heads = 4, .seq = 16, .vocab = 96};
-  par_gpt_config_t b = {.layers = 1, .hidden = 48, .heads = 8, .seq = 8, .vocab = 50, .recompute = 1};
+  par_gpt_config_t b = {.layers = 1, .hidden = 48, .heads = 8, .seq = 8, .vocab = 48, .recompute = 1};
   run(&a, tp);
   run(&b, tp);
   /* heads that do not divide */
-  par_gpt_config_t bad = {.layers = 1, .hidden = 24, .heads = 3, .seq = 8, .vocab = 50};
+  par_gpt_config_t bad = {.layers = 1, .hidden = 24, .heads = 3, .seq = 8, .vocab = 48};
   par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
   o.tp = tp;
   par_gpt_t *m = NULL;
   if (ranks > 1 && ranks != 3)
     CHECK(par_gpt_create_ex(&m, &bad, &o, 1) == STRATA_EINVAL && strstr(par_gpt_create_error(), "3 heads do not divide"),
+          "%s", par_gpt_create_error());
+  par_gpt_config_t badv = {.layers = 1, .hidden = 24, .heads = 4, .seq = 8, .vocab = 50};
+  if (ranks == 4)
+    CHECK(par_gpt_create_ex(&m, &badv, &o, 1) == STRATA_EINVAL &&
+              strstr(par_gpt_create_error(), "a vocabulary of 50 does not divide over a tensor-parallel group of 4"),
           "%s", par_gpt_create_error());
   comm_destroy(tp);
   int all = 0;

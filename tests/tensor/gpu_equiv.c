@@ -313,6 +313,24 @@ static void test_embedding_xent_dropout(void) {
   must(tensor_xent_backward(ctx, &gz, &z, &ls, &ht, 0.125f), "xent bwd cpu");
   must(tensor_xent_backward(ctx, &dgz, &dz, &dls, &dt, 0.125f), "xent bwd gpu");
   expect("cross-entropy dlogits", &dgz, &gz, 1e-6, 1e-4, NULL, 0);
+  /* the same logits as the vocabulary slice [20000, 20000 + V) of a larger
+   * table: targets inside and outside it (tensor parallelism) */
+  tensor_t zt = hrand(1, sr, 48, 1.f), dzt = todev(&zt);
+  must(tensor_xent_slice_forward(ctx, &ls, &zt, &z, &ht, 20000), "xent slice cpu");
+  must(tensor_xent_slice_forward(ctx, &dls, &dzt, &dz, &dt, 20000), "xent slice gpu");
+  expect("cross-entropy slice lse", &dls, &ls, 1e-5, 1e-5, NULL, 0);
+  expect("cross-entropy slice target logits", &dzt, &zt, 0, 0, NULL, 0);
+  must(tensor_xent_slice_backward(ctx, &gz, &z, &ls, &ht, 0.125f, 20000), "xent slice bwd cpu");
+  must(tensor_xent_slice_backward(ctx, &dgz, &dz, &dls, &dt, 0.125f, 20000), "xent slice bwd gpu");
+  expect("cross-entropy slice dlogits", &dgz, &gz, 1e-6, 1e-4, NULL, 0);
+  /* the embedding table as rows [40, 40 + V) of a vocabulary split over ranks */
+  must(tensor_embedding_slice_forward(ctx, &o, &hid, &e, &p, 40), "emb slice cpu");
+  must(tensor_embedding_slice_forward(ctx, &dout, &did, &de, &dp, 40), "emb slice gpu");
+  expect("embedding slice forward", &dout, &o, 0, 0, NULL, 0);
+  must(tensor_embedding_slice_backward(ctx, &e, &p, &o, &hid, 40), "emb slice bwd cpu");
+  must(tensor_embedding_slice_backward(ctx, &de, &dp, &dout, &did, 40), "emb slice bwd gpu");
+  expect("embedding slice dwte", &de, &e, 1e-5, 1e-5, NULL, 0);
+  tensor_free(ctx, &zt), tensor_free(ctx, &dzt);
   /* dropout masks come from the same Philox: exactly equal */
   must(tensor_dropout_forward(ctx, &z, &z, 0.1f, 3, "drop", 77), "dropout cpu");
   must(tensor_dropout_forward(ctx, &dz, &dz, 0.1f, 3, "drop", 77), "dropout gpu");

@@ -520,3 +520,57 @@ Test(ops, casts) {
   tensor_free(ctx, &h), tensor_free(ctx, &bf), tensor_free(ctx, &back);
   drop(&X);
 }
+
+/* ---- vocabulary-parallel embedding and cross-entropy ----
+ * The table and the logits cut into two slices: the slices' embeddings sum
+ * to the whole one (positions added by one slice), their log-sum-exps and
+ * target logits combine into the whole row's loss, and their gradients are
+ * the whole gradients' slices; another slice's ids and targets are no
+ * error. The same values in another order: fp32 rounding only (1e-6). */
+Test(ops, vocab_slices) {
+  int32_t idv[6] = {3, 0, 3, 4, 1, 3}, tv[6] = {2, 0, 5, -1, 4, 3};
+  int64_t se[2] = {6, 4}, sp[2] = {4, 4}, so[3] = {2, 3, 4}, sz[2] = {6, 6}, sr[1] = {6};
+  tensor_t ids = tensor_view2(idv, TENSOR_I32, TENSOR_CPU, 2, 3), tg = tensor_view1(tv, TENSOR_I32, TENSOR_CPU, 6);
+  arg_t E = mk(2, se, 91, 1.f), P = mk(2, sp, 92, 1.f), O = mk(3, so, 93, 1.f), S = mk(3, so, 94, 1.f);
+  arg_t Z = mk(2, sz, 95, 2.f), L = mk(1, sr, 96, 1.f), Ls = mk(1, sr, 97, 1.f), dZ = mk(2, sz, 98, 0.f);
+  arg_t ls[2] = {mk(1, sr, 99, 1.f), mk(1, sr, 100, 1.f)}, zt[2] = {mk(1, sr, 101, 1.f), mk(1, sr, 102, 1.f)};
+  float *e = E.t.data, *z = Z.t.data, *o = O.t.data, *s = S.t.data, *dz = dZ.t.data;
+  cr_assert_eq(tensor_embedding_forward(ctx, &O.t, &ids, &E.t, &P.t), 0);
+  memset(s, 0, sizeof(float) * 24);
+  for (int k = 0; k < 2; k++) { /* rows [3k, 3k + 3) of the table */
+    tensor_t ek = tensor_view2(e + 12 * k, TENSOR_F32, TENSOR_CPU, 3, 4);
+    arg_t part = mk(3, so, 110 + k, 1.f);
+    cr_assert_eq(tensor_embedding_slice_forward(ctx, &part.t, &ids, &ek, k == 0 ? &P.t : NULL, 3 * k), 0, "%s",
+                 tensor_last_error(ctx));
+    for (int i = 0; i < 24; i++) s[i] += ((float *)part.t.data)[i];
+    drop(&part);
+  }
+  for (int i = 0; i < 24; i++) cr_expect(fabsf(s[i] - o[i]) <= 1e-6f, "embedding %d: %g vs %g", i, s[i], o[i]);
+  cr_assert_eq(tensor_xent_forward(ctx, &L.t, &Ls.t, &Z.t, &tg), 0);
+  float dloss = 0.25f, part[36] = {0};
+  cr_assert_eq(tensor_xent_backward(ctx, &dZ.t, &Z.t, &Ls.t, &tg, dloss), 0);
+  for (int k = 0; k < 2; k++) { /* columns [3k, 3k + 3): copied out as (6, 3) slices */
+    float zk[18];
+    for (int r = 0; r < 6; r++) memcpy(zk + 3 * r, z + 6 * r + 3 * k, 3 * sizeof(float));
+    tensor_t tk = tensor_view2(zk, TENSOR_F32, TENSOR_CPU, 6, 3);
+    cr_assert_eq(tensor_xent_slice_forward(ctx, &ls[k].t, &zt[k].t, &tk, &tg, 3 * k), 0, "%s", tensor_last_error(ctx));
+  }
+  float lse[6];
+  for (int r = 0; r < 6; r++) {
+    float a = ((float *)ls[0].t.data)[r], b = ((float *)ls[1].t.data)[r], mx = fmaxf(a, b);
+    lse[r] = mx + logf(expf(a - mx) + expf(b - mx));
+    float loss = tv[r] >= 0 ? lse[r] - ((float *)zt[0].t.data)[r] - ((float *)zt[1].t.data)[r] : 0.f;
+    cr_expect(fabsf(loss - ((float *)L.t.data)[r]) <= 1e-6f, "row %d: loss %g vs %g", r, loss, ((float *)L.t.data)[r]);
+  }
+  tensor_t tl = tensor_view1(lse, TENSOR_F32, TENSOR_CPU, 6);
+  for (int k = 0; k < 2; k++) {
+    float zk[18], dk[18] = {0};
+    for (int r = 0; r < 6; r++) memcpy(zk + 3 * r, z + 6 * r + 3 * k, 3 * sizeof(float));
+    tensor_t tk = tensor_view2(zk, TENSOR_F32, TENSOR_CPU, 6, 3), dt = tensor_view2(dk, TENSOR_F32, TENSOR_CPU, 6, 3);
+    cr_assert_eq(tensor_xent_slice_backward(ctx, &dt, &tk, &tl, &tg, dloss, 3 * k), 0);
+    for (int r = 0; r < 6; r++) memcpy(part + 6 * r + 3 * k, dk + 3 * r, 3 * sizeof(float));
+  }
+  for (int i = 0; i < 36; i++) cr_expect(fabsf(part[i] - dz[i]) <= 1e-6f, "dlogits %d: %g vs %g", i, part[i], dz[i]);
+  drop(&E), drop(&P), drop(&O), drop(&S), drop(&Z), drop(&L), drop(&Ls), drop(&dZ);
+  for (int k = 0; k < 2; k++) drop(&ls[k]), drop(&zt[k]);
+}

@@ -149,6 +149,10 @@ int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t) {
   (void)t;
   return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
+int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n) {
+  (void)recv, (void)send, (void)n;
+  return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
+}
 #endif
 
 int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {
@@ -251,6 +255,13 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
                       cfg->heads, m->tp_size);
       goto fail;
     }
+    if (cfg->vocab % m->tp_size) {
+      rc = gpt_seterr(NULL, STRATA_EINVAL,
+                      "par_gpt_create: a vocabulary of %d does not divide over a tensor-parallel group of %d "
+                      "(pad it to a multiple, as Megatron does)",
+                      cfg->vocab, m->tp_size);
+      goto fail;
+    }
     if (m->opts.device >= 0) {
       rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: tensor parallelism runs on the CPU in this build");
       goto fail;
@@ -281,7 +292,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   char *names = m->names, nm[32];
   size_t off = 0;
   float std = 0.02f, pstd = 0.02f / sqrtf(2.f * L);
-  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_NONE);
+  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_ROWS); /* vocab-parallel */
   add_view(m, &names, &off, inits, "wpe", 2, Tm, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_NONE);
   for (int l = 0; l < L; l++) {
 #define V1(suffix, n, dec, init, s, sp)                                                            \
@@ -364,13 +375,14 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   /* this rank's share of the split activations: qkv, attention output, MLP hidden */
   int64_t C3 = 3 * C / t, Ca = C / t, C4 = 4 * C / t;
   int64_t per_set = R * (3 * C + C3 + Ca + 2 * C4) + 4 * R + R * NH;
-  int64_t acts_n = (L + 1) * R * C + nsets * per_set + 2 * R * C + 4 * R + R * V;
-  int64_t grads_n = R * (2 * C + C3 + Ca + 2 * C4) + R * V;
+  int64_t Vl = V / t; /* this rank's vocabulary slice (logits) */
+  int64_t acts_n = (L + 1) * R * C + nsets * per_set + 2 * R * C + 4 * R + R * Vl;
+  int64_t grads_n = R * (2 * C + C3 + Ca + 2 * C4) + R * Vl;
   if (R > m->cap_bt) {
     free_acts(m);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
     m->acts = calloc((size_t)nsets, sizeof *m->acts);
-    m->host_losses = malloc((size_t)R * sizeof(float));
+    m->host_losses = malloc((size_t)R * (t > 1 ? (size_t)t + 2 : 1) * sizeof(float)); /* tp: lse, gathered */
     m->host_ids = malloc((size_t)R * sizeof(int32_t));
     if (!m->x || !m->acts || !m->host_losses || !m->host_ids) {
       rc = gpt_seterr(m, STRATA_ENOMEM, "par_gpt: activation tables for %lld tokens", (long long)R);
@@ -398,11 +410,11 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     a->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH;
     T3(a->res2, C), T3(a->ln2, C), T2(a->ln2_mean), T2(a->ln2_rstd), T3(a->fch, C4), T3(a->fch_gelu, C4);
   }
-  T3(m->lnf_out, C), T2(m->lnf_mean), T2(m->lnf_rstd), T3(m->logits, V), T2(m->losses), T2(m->lse);
+  T3(m->lnf_out, C), T2(m->lnf_mean), T2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
   T3(m->tmp, C);
   p = m->g_store.data;
   T3(m->dres, C), T3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4),
-      T3(m->dlogits, V);
+      T3(m->dlogits, Vl);
   /* dlogits is last: the view arithmetic above must not outgrow the stores. */
   int32_t *ids = m->ids_store.data;
   m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);

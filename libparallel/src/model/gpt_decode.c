@@ -42,6 +42,8 @@ int par_gpt_kv_create(par_gpt_kv_t **out, par_gpt_t *m, int max_len) {
   int rc = STRATA_OK;
   if (!out || !m) return STRATA_EINVAL;
   *out = NULL;
+  if (m->tp_size > 1)
+    return gpt_seterr(m, STRATA_EUNSUPPORTED, "par_gpt_kv_create: generation runs on a model without tensor parallelism");
   if (max_len < 1 || max_len > m->cfg.seq)
     return gpt_seterr(m, STRATA_EINVAL, "par_gpt_kv_create: length %d outside [1, %d] (the model's positions)",
                       max_len, m->cfg.seq);

@@ -69,7 +69,7 @@ struct par_gpt {
   /* gradient scratch, reused by every block */
   tensor_t g_store;
   tensor_t dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
-  float *host_losses;
+  float *host_losses; /* R losses (tensor parallelism: then R lse, t R gathered lse) */
   int32_t *host_ids;
   char err[GPT_ERRLEN];
 };
@@ -79,6 +79,8 @@ struct par_gpt {
  * over libcomm (stubs in gpt.c under GPT_WITHOUT_COMM). */
 int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t);
 int gpt_tp_query(struct comm *tp, int *rank, int *size);
+/* recv (t n floats, host) = every rank's n floats of send, in rank order. */
+int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n);
 
 /* Sizes the activation buffers for (B, T). */
 int gpt_prepare(par_gpt_t *m, int B, int T);

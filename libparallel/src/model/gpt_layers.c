@@ -18,16 +18,56 @@
     }                                                                                              \
   } while (0)
 
+/* The first vocabulary row of this rank's slice (tensor parallelism). */
+static int64_t vocab_lo(const par_gpt_t *m) { return (int64_t)m->tp_rank * (m->cfg.vocab / m->tp_size); }
+
+/* Under tensor parallelism the embedding is vocabulary-parallel: each rank
+ * looks up the tokens of its slice (and rank 0 adds the positions), and the
+ * sum over the group is the embedding. */
 int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids) {
   int rc = STRATA_OK;
-  T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &m->wpe));
+  if (m->tp_size < 2) {
+    T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &m->wpe));
+    return rc;
+  }
+  T_(tensor_embedding_slice_forward(m->tc, out, ids, &m->wte, m->tp_rank == 0 ? &m->wpe : NULL, vocab_lo(m)));
+  rc = gpt_tp_allreduce(m, out);
 fail:
   return rc;
 }
 
 int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids) {
   int rc = STRATA_OK;
-  T_(tensor_embedding_backward(m->tc, &m->dwte, &m->dwpe, dout, ids));
+  if (m->tp_size < 2) T_(tensor_embedding_backward(m->tc, &m->dwte, &m->dwpe, dout, ids));
+  else T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, dout, ids, vocab_lo(m)));
+fail:
+  return rc;
+}
+
+/* Vocabulary-parallel cross-entropy: each rank's log-sum-exp and target
+ * logit over its slice of the logits, gathered (R floats per rank) and
+ * combined on every rank into the rows' log-sum-exp, kept in m->lse for
+ * backward; the full logits never meet on one rank. host_losses gets the
+ * losses. */
+static int parallel_xent(par_gpt_t *m) {
+  int rc = STRATA_OK, t = m->tp_size;
+  tensor_ctx_t *tc = m->tc;
+  int64_t R = (int64_t)m->B * m->T;
+  float *zt = m->host_losses, *lse = zt + R, *all = lse + R;
+  T_(tensor_xent_slice_forward(tc, &m->lse, &m->losses, &m->logits, &m->targets, vocab_lo(m)));
+  tensor_t hz = tensor_view1(zt, TENSOR_F32, TENSOR_CPU, R), hl = tensor_view1(lse, TENSOR_F32, TENSOR_CPU, R);
+  T_(tensor_copy(tc, &hz, &m->losses));
+  T_(tensor_copy(tc, &hl, &m->lse));
+  if ((rc = gpt_tp_allgather(m, all, lse, (size_t)R)) || (rc = gpt_tp_allreduce(m, &hz))) goto fail;
+  for (int64_t r = 0; r < R; r++) {
+    float mx = -INFINITY;
+    for (int s = 0; s < t; s++) mx = fmaxf(mx, all[s * R + r]);
+    double sum = 0;
+    for (int s = 0; s < t; s++) sum += exp((double)all[s * R + r] - mx);
+    lse[r] = mx + (float)log(sum);
+    zt[r] = m->host_ids[r] >= 0 ? lse[r] - zt[r] : 0.f;
+  }
+  T_(tensor_copy(tc, &m->lse, &hl));
 fail:
   return rc;
 }
@@ -108,11 +148,15 @@ int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss
                               GPT_LN_EPS));
   T_(tensor_linear_forward(tc, &m->logits, &m->lnf_out, &m->wte, NULL));
   if (!with_loss) goto fail;
-  T_(tensor_xent_forward(tc, &m->losses, &m->lse, &m->logits, &m->targets));
   int64_t R = (int64_t)m->B * m->T;
-  tensor_t hl = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, R);
-  tensor_t dl = tensor_view1(m->losses.data, TENSOR_F32, m->device, R);
-  T_(tensor_copy(tc, &hl, &dl));
+  if (m->tp_size > 1) {
+    if ((rc = parallel_xent(m))) goto fail;
+  } else {
+    T_(tensor_xent_forward(tc, &m->losses, &m->lse, &m->logits, &m->targets));
+    tensor_t hl = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, R);
+    tensor_t dl = tensor_view1(m->losses.data, TENSOR_F32, m->device, R);
+    T_(tensor_copy(tc, &hl, &dl));
+  }
   double sum = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < R; i++)
@@ -128,9 +172,12 @@ int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
   int64_t R = (int64_t)m->B * m->T, count = 0;
   for (int64_t i = 0; i < R; i++) count += m->host_ids[i] >= 0;
   T_(tensor_zero(tc, &m->dlogits));
-  T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, count ? m->loss_scale / (float)count : 0.f));
+  float dloss = count ? m->loss_scale / (float)count : 0.f;
+  if (m->tp_size > 1) T_(tensor_xent_slice_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, dloss, vocab_lo(m)));
+  else T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, dloss));
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
+  if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail; /* the head is column-parallel over the vocabulary */
   T_(tensor_zero(tc, &m->dres));
   T_(tensor_layernorm_backward(tc, &m->dres, &m->lnf.dw, &m->lnf.db, &m->dln, x, &m->lnf.w,
                                &m->lnf_mean, &m->lnf_rstd));

@@ -229,6 +229,15 @@ STRATA_API int tensor_embedding_forward(tensor_ctx_t *ctx, tensor_t *out, const 
                                         const tensor_t *wte, const tensor_t *wpe);
 STRATA_API int tensor_embedding_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe,
                                          const tensor_t *dout, const tensor_t *ids);
+/* Vocabulary-parallel embedding (Megatron): wte (V,C) holds rows
+ * [vocab_lo, vocab_lo + V) of a table split over ranks. out = wte[id -
+ * vocab_lo] (+ wpe[t]) for ids in the slice, wpe[t] (or 0) for the others'
+ * ids (any id >= 0); summed over the slices, with wpe given on one, it is
+ * the whole table's embedding. The backward adds into the slice's rows. */
+STRATA_API int tensor_embedding_slice_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *ids,
+                                              const tensor_t *wte, const tensor_t *wpe, int64_t vocab_lo);
+STRATA_API int tensor_embedding_slice_backward(tensor_ctx_t *ctx, tensor_t *dwte, tensor_t *dwpe,
+                                               const tensor_t *dout, const tensor_t *ids, int64_t vocab_lo);
 
 /* Fused softmax cross-entropy over the last dim V: losses(..) = lse - logit[target],
  * lse(..) saved. targets i32 (..); a target < 0 is ignored (loss 0, no gradient). */
@@ -238,6 +247,18 @@ STRATA_API int tensor_xent_forward(tensor_ctx_t *ctx, tensor_t *losses, tensor_t
  * gradient of the loss on every row (1/rows for a mean). */
 STRATA_API int tensor_xent_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits,
                                     const tensor_t *lse, const tensor_t *targets, float dloss);
+/* Vocabulary-parallel cross-entropy (Megatron): logits (..,V) are the slice
+ * [vocab_lo, vocab_lo + V) of each row, targets global ids. Forward: lse
+ * the slice's log-sum-exp, zt the target's logit when the slice holds it
+ * (else 0). Over the slices, log sum exp(lse_s) is the row's log-sum-exp and
+ * sum zt_s its target logit: the loss is their difference. Backward, with
+ * lse the whole row's: dlogits += dloss (softmax - onehot) on the slice;
+ * rows with a target < 0 are left. */
+STRATA_API int tensor_xent_slice_forward(tensor_ctx_t *ctx, tensor_t *lse, tensor_t *zt, const tensor_t *logits,
+                                         const tensor_t *targets, int64_t vocab_lo);
+STRATA_API int tensor_xent_slice_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits,
+                                          const tensor_t *lse, const tensor_t *targets, float dloss,
+                                          int64_t vocab_lo);
 
 /* Inverted dropout (Srivastava et al. 2014) with the mask drawn from Philox
  * keyed by (seed, name) at element index offset + i: out = in * keep / (1-p).

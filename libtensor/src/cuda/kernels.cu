@@ -87,45 +87,51 @@ extern "C" int tcu_layernorm_backward(tensor_ctx_t *ctx, float *din, float *dw, 
 
 /* ---- embedding ---- */
 
+/* slice: wte holds rows [lo, lo + V) of a split vocabulary; another
+ * rank's id gives the position only. */
 __global__ void k_emb_fwd(float *out, int *flag, const int32_t *ids, const float *wte,
-                          const float *wpe, int B, int T, int C, int V) {
+                          const float *wpe, int B, int T, int C, int V, int64_t lo, int slice) {
   int64_t n = (int64_t)B * T * C;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T), id = ids[bt];
-    if (id < 0 || id >= V) {
-      *flag = 1;
-      out[i] = 0.f;
+    int64_t local = (int64_t)id - lo;
+    float pos = wpe ? wpe[(int64_t)t * C + c] : 0.f;
+    if (id < 0 || local < 0 || local >= V) {
+      if (id < 0 || !slice) *flag = 1;
+      out[i] = slice ? pos : 0.f;
       continue;
     }
-    out[i] = wte[(int64_t)id * C + c] + (wpe ? wpe[(int64_t)t * C + c] : 0.f);
+    out[i] = wte[local * C + c] + pos;
   }
 }
 
 __global__ void k_emb_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *ids, int B,
-                          int T, int C, int V) {
+                          int T, int C, int V, int64_t lo) {
   int64_t n = (int64_t)B * T * C;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T), id = ids[bt];
-    if (dwte && id >= 0 && id < V) atomicAdd(dwte + (int64_t)id * C + c, dout[i]);
+    int64_t local = (int64_t)id - lo;
+    if (dwte && id >= 0 && local >= 0 && local < V) atomicAdd(dwte + local * C + c, dout[i]);
     if (dwpe) atomicAdd(dwpe + (int64_t)t * C + c, dout[i]);
   }
 }
 
 extern "C" int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids,
-                                     const float *wte, const float *wpe, int B, int T, int C, int V) {
+                                     const float *wte, const float *wpe, int B, int T, int C, int V,
+                                     int64_t lo, int slice) {
   STATE();
-  k_emb_fwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(out, s->flag, ids, wte, wpe, B, T, C, V);
+  k_emb_fwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(out, s->flag, ids, wte, wpe, B, T, C, V, lo, slice);
   LAUNCHED();
   FLAG_CHECK("tensor_embedding_forward: an id is outside [0, %d)", V);
   return STRATA_OK;
 }
 
 extern "C" int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,
-                                      const int32_t *ids, int B, int T, int C, int V) {
+                                      const int32_t *ids, int B, int T, int C, int V, int64_t lo) {
   STATE();
-  k_emb_bwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(dwte, dwpe, dout, ids, B, T, C, V);
+  k_emb_bwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(dwte, dwpe, dout, ids, B, T, C, V, lo);
   LAUNCHED();
   return STRATA_OK;
 }
@@ -153,15 +159,37 @@ __global__ void k_xent_fwd(float *losses, float *lse, int *flag, const float *lo
   }
 }
 
+/* slice: the logits are the vocabulary slice [lo, lo + V); a target
+ * outside it (another rank's) takes the softmax part only. */
 __global__ void k_xent_bwd(float *dlogits, int *flag, const float *logits, const float *lse,
-                           const int32_t *targets, int V, float dloss) {
+                           const int32_t *targets, int V, float dloss, int64_t lo, int slice) {
   int64_t r = blockIdx.x;
   int t = targets[r];
-  if (t >= V && threadIdx.x == 0) *flag = 1;
-  if (t < 0 || t >= V) return;
+  int64_t local = (int64_t)t - lo;
+  if (!slice && t >= V && threadIdx.x == 0) *flag = 1;
+  if (t < 0 || (!slice && t >= V)) return;
   const float *z = logits + r * V;
   float *d = dlogits + r * V, l = lse[r];
-  for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] += dloss * (expf(z[i] - l) - (i == t ? 1.f : 0.f));
+  for (int i = threadIdx.x; i < V; i += blockDim.x) d[i] += dloss * (expf(z[i] - l) - (i == local ? 1.f : 0.f));
+}
+
+__global__ void k_xent_slice_fwd(float *lse, float *zt, const float *logits, const int32_t *targets, int V,
+                                 int64_t lo) {
+  __shared__ float sh[32];
+  int64_t r = blockIdx.x;
+  const float *z = logits + r * V;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, z[i]);
+  m = block_max(m, sh);
+  float sum = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(z[i] - m);
+  sum = block_sum(sum, sh);
+  if (threadIdx.x == 0) {
+    int t = targets[r];
+    int64_t local = (int64_t)t - lo;
+    lse[r] = m + logf(sum);
+    zt[r] = t >= 0 && local >= 0 && local < V ? z[local] : 0.f;
+  }
 }
 
 extern "C" int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
@@ -173,10 +201,18 @@ extern "C" int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, co
   return STRATA_OK;
 }
 
-extern "C" int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
-                                 const int32_t *targets, int64_t rows, int V, float dloss) {
+extern "C" int tcu_xent_slice_forward(tensor_ctx_t *ctx, float *lse, float *zt, const float *logits,
+                                      const int32_t *targets, int64_t rows, int V, int64_t lo) {
   STATE();
-  k_xent_bwd<<<(unsigned)rows, 512>>>(dlogits, s->flag, logits, lse, targets, V, dloss);
+  k_xent_slice_fwd<<<(unsigned)rows, 512>>>(lse, zt, logits, targets, V, lo);
+  LAUNCHED();
+  return STRATA_OK;
+}
+
+extern "C" int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, const float *lse,
+                                 const int32_t *targets, int64_t rows, int V, float dloss, int64_t lo, int slice) {
+  STATE();
+  k_xent_bwd<<<(unsigned)rows, 512>>>(dlogits, s->flag, logits, lse, targets, V, dloss, lo, slice);
   LAUNCHED();
   FLAG_CHECK("tensor_xent_backward: a target is >= V = %d", V);
   return STRATA_OK;
