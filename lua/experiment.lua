@@ -102,6 +102,9 @@ function M.prepare_and_train(cfg)
   if not data then fail(err) end
   if cfg.model.vocab == "auto" then
     cfg.model.vocab = data:vocab()
+    if cfg.model.vocab % p.tp ~= 0 then -- pad the vocabulary over the tensor ranks, as Megatron does
+      cfg.model.vocab = (cfg.model.vocab + p.tp - 1) // p.tp * p.tp
+    end
     local note = data:vocab_note()
     if note and rank == 0 then -- a warning: the run goes on
       io.stderr:write(string.format("strata: model.vocab = auto: %s; set model.vocab to size the model yourself\n", note))

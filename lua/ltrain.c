@@ -216,6 +216,7 @@ static int l_train(lua_State *L) {
       .vocab = (int)cfg_int(L, "model", "vocab"), .recompute = cfg_bool(L, "model", "recompute")};
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = (int)cfg_int(L, "parallel", "dp");
+  lay.tp = (int)cfg_int(L, "parallel", "tp");
   lay.microbatch = (int)cfg_int(L, "train", "batch");
   lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
   lay.zero_stage = (int)cfg_int(L, "parallel", "zero");
@@ -283,7 +284,8 @@ static int l_train(lua_State *L) {
   char err[1600] = "";
   if (par_engine_create(&r->e, &mc, &lay, &oc, &eo, err, sizeof err) != STRATA_OK)
     run_fail(L, 1, "%s", err);
-  int rank = comm_rank(par_engine_comm(r->e)), size = comm_size(par_engine_comm(r->e));
+  int rank, size; /* of the run (the data-parallel group is smaller under tensor parallelism) */
+  MPI_Comm_rank(eo.comm, &rank), MPI_Comm_size(eo.comm, &size);
   r->tty = rank == 0 && isatty(STDERR_FILENO);
   r->flops_per_token = par_gpt_flops_per_token(&mc, eo.seq ? eo.seq : mc.seq);
   /* The peak is measured once per machine, by rank 0 alone (the others
@@ -298,8 +300,9 @@ static int l_train(lua_State *L) {
     make_parent(to.ckpt_path);
     if (plot[0]) make_parent(plot);
     size_t np = par_gpt_param_count(&mc);
-    char zero[32] = "";
+    char zero[96] = "";
     if (lay.zero_stage > 0) snprintf(zero, sizeof zero, ", ZeRO-%d", lay.zero_stage);
+    if (lay.tp > 1) snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", tp %d x dp %d", lay.tp, lay.dp);
     if (lay.precision != PAR_PREC_FP32)
       snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", %s", prec);
     printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; sgemm peak %.0f "

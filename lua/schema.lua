@@ -38,7 +38,8 @@ local sections = {
   parallel = {
     dp = {t = INT, min = 1, max = 1 << 20, also = "auto", default = "auto",
           doc = "data-parallel degree; auto: all ranks"},
-    tp = {t = INT, min = 1, max = 1, default = 1, doc = "tensor parallel (1 in this runner)"},
+    tp = {t = INT, min = 1, max = 4096, default = 1,
+          doc = "tensor-parallel degree (Megatron 1D, consecutive ranks); divides model.heads and the vocabulary"},
     pp = {t = INT, min = 1, max = 1, default = 1, doc = "pipeline stages (1 in this runner)"},
     sp = {t = INT, min = 1, max = 1, default = 1, doc = "sequence parallel (1 in this runner)"},
     zero = {t = INT, min = 0, max = 3, default = 0,
@@ -311,6 +312,14 @@ local function check_relations(c, loc)
     end
   elseif not d.path then
     raise(loc("data.source"), "data.path", nil, string.format('required for data.source = "%s"', d.source))
+  end
+  if m.heads % c.parallel.tp ~= 0 then
+    raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
+          string.format("does not divide model.heads = %d (each tensor rank holds whole heads)", m.heads))
+  end
+  if m.vocab ~= "auto" and m.vocab % c.parallel.tp ~= 0 then
+    raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
+          string.format("does not divide model.vocab = %d (the vocabulary is split over the tensor ranks; pad it)", m.vocab))
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then
     raise(loc("parallel.zero"), "parallel.zero", c.parallel.zero,

@@ -221,6 +221,14 @@ STRATA_API int par_ckpt_write(par_ckpt_t *c, const char *name, int ndim, const i
  * the call on every rank (ECORRUPT). */
 STRATA_API int par_ckpt_read(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape,
                              int64_t offset, int64_t count, float *data);
+/* The same for several flat ranges [offsets[i], offsets[i] + counts[i])
+ * (ascending and disjoint), their elements back to back in data: a rank's
+ * slice of a tensor split over ranks (tensor parallelism's column blocks,
+ * the q, k and v rows of this rank's heads). */
+STRATA_API int par_ckpt_write_ranges(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape, int nranges,
+                                     const int64_t *offsets, const int64_t *counts, const float *data);
+STRATA_API int par_ckpt_read_ranges(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape, int nranges,
+                                    const int64_t *offsets, const int64_t *counts, float *data);
 /* Stored shape of `name`: *ndim and shape[0..PAR_CKPT_MAX_DIMS). */
 STRATA_API int par_ckpt_shape(par_ckpt_t *c, const char *name, int *ndim, int64_t *shape);
 /* Attributes on the root group. Rank 0's value is the one stored. */

@@ -219,7 +219,8 @@ STRATA_API int par_engine_get_params(par_engine_t *e, float *out);
 
 /* What the engine holds on this rank. */
 typedef struct {
-  int zero, ranks;
+  int zero, ranks;       /* ZeRO stage, data-parallel ranks */
+  int tp;                /* tensor-parallel ranks (Megatron 1D inside the model) */
   int precision;         /* par_precision_t */
   double loss_scale;     /* the current loss scale (fp16; else 1) */
   size_t params_padded;  /* parameters with each region padded to ranks x aligned shards */

@@ -60,7 +60,7 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
   int nv = par_gpt_num_views(e->model);
   if (!(e->tens = calloc((size_t)e->npieces + 1, sizeof *e->tens)) ||
       !(e->sq = calloc(2 * (size_t)e->npieces + 2, sizeof *e->sq)) ||
-      !(e->vsq = calloc(2 * (size_t)nv, sizeof *e->vsq)))
+      !(e->vsq = calloc(4 * (size_t)nv, sizeof *e->vsq))) /* (and the replicated views' own, sum_split_views) */
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d optimizer tensors", e->npieces);
   for (int i = 0; i < e->npieces; i++) {
     float *p, *g, *m, *v;
@@ -83,21 +83,37 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
                   const par_optim_config_t *oc) {
   char why[512];
   MPI_Comm world = e->opts.comm == MPI_COMM_NULL ? MPI_COMM_WORLD : e->opts.comm;
+  e->world = world;
+  MPI_Comm_rank(world, &e->wrank), MPI_Comm_size(world, &e->wsize);
+  if (par_layout_validate(mc, lay, e->wsize, why, sizeof why) != STRATA_OK)
+    return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
+  if (lay->pp != 1 || lay->sp != 1)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
+                       "layout pp %d, sp %d: this engine trains tensor and data parallel with ZeRO "
+                       "(pp = sp = 1)",
+                       lay->pp, lay->sp);
+  /* The mesh: tensor groups of consecutive ranks (one node), data-parallel
+   * groups across them (Megatron's order). */
   comm_config_t cc = COMM_CONFIG_DEFAULTS;
   cc.timeout_s = e->opts.collective_timeout_s;
-  int crc = comm_from_mpi(&e->comm, world, &cc);
+  int tp = lay->tp, crc;
+  MPI_Comm dpm = MPI_COMM_NULL, tpm = MPI_COMM_NULL;
+  if (tp > 1 && (MPI_Comm_split(world, e->wrank % tp, e->wrank / tp, &dpm) != MPI_SUCCESS ||
+                 MPI_Comm_split(world, e->wrank / tp, e->wrank % tp, &tpm) != MPI_SUCCESS))
+    return engine_fail(e, 0, STRATA_EMPI, "cannot split the run's ranks into tensor and data-parallel groups");
+  crc = comm_from_mpi(&e->comm, tp > 1 ? dpm : world, &cc);
+  if (crc == STRATA_OK && tp > 1) crc = comm_from_mpi(&e->tpc, tpm, &cc);
+  if (crc == STRATA_OK && tp > 1) crc = comm_from_mpi(&e->wc, world, &cc);
+  if (dpm != MPI_COMM_NULL) MPI_Comm_free(&dpm);
+  if (tpm != MPI_COMM_NULL) MPI_Comm_free(&tpm);
   if (crc != STRATA_OK)
     return engine_fail(e, 0, crc == STRATA_ENOMEM ? crc : STRATA_EMPI,
                        "cannot attach libcomm to the run's MPI communicator (%s)", strata_status_string(crc));
   comm_set_name(e->comm, "dp");
+  if (e->tpc) comm_set_name(e->tpc, "tp");
+  if (e->wc) comm_set_name(e->wc, "run");
   e->rank = comm_rank(e->comm), e->size = comm_size(e->comm);
-  if (par_layout_validate(mc, lay, e->size, why, sizeof why) != STRATA_OK)
-    return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
-  if (lay->tp != 1 || lay->pp != 1 || lay->sp != 1)
-    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout tp %d, pp %d, sp %d: this engine trains data parallel with ZeRO "
-                       "(tp = pp = sp = 1)",
-                       lay->tp, lay->pp, lay->sp);
+  e->tp_rank = e->tpc ? comm_rank(e->tpc) : 0, e->tp_size = e->tpc ? comm_size(e->tpc) : 1;
   e->mixed = lay->precision != PAR_PREC_FP32;
   e->wdt = lay->precision == PAR_PREC_BF16 ? TENSOR_BF16 : lay->precision == PAR_PREC_FP16 ? TENSOR_F16 : TENSOR_F32;
   e->cdt = lay->precision == PAR_PREC_BF16 ? COMM_BF16 : lay->precision == PAR_PREC_FP16 ? COMM_F16 : COMM_F32;
@@ -123,8 +139,8 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   snprintf(e->model_desc, sizeof e->model_desc, "layers=%d hidden=%d heads=%d seq=%d vocab=%d",
            mc->layers, mc->hidden, mc->heads, mc->seq, mc->vocab);
   static const char *const precs[] = {"fp32", "bf16", "fp16"};
-  snprintf(e->layout_desc, sizeof e->layout_desc, "dp=%d tp=1 pp=1 sp=1 zero=%d precision=%s ranks=%d threads=%d",
-           lay->dp, e->zero, precs[lay->precision], e->size, e->opts.threads);
+  snprintf(e->layout_desc, sizeof e->layout_desc, "dp=%d tp=%d pp=1 sp=1 zero=%d precision=%s ranks=%d threads=%d",
+           lay->dp, e->tp_size, e->zero, precs[lay->precision], e->wsize, e->opts.threads);
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
                        e->opts.seq, mc->seq);
@@ -141,6 +157,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   par_gpt_options_t go = PAR_GPT_OPTIONS_DEFAULTS;
   go.threads = e->opts.threads;
   go.external = 1; /* the engine holds parameters and gradients, sharded */
+  go.tp = e->tpc;   /* Megatron's tensor parallelism inside the model */
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);
@@ -188,6 +205,8 @@ void par_engine_destroy(par_engine_t *e) {
   optim_destroy(e->opt);
   optim_scaler_destroy(e->scaler);
   comm_destroy(e->comm);
+  comm_destroy(e->tpc);
+  comm_destroy(e->wc);
   free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg);
   free(e);
 }
@@ -202,6 +221,7 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   memset(out, 0, sizeof *out);
   out->zero = e->zero;
   out->ranks = e->size;
+  out->tp = e->tp_size;
   out->precision = e->layout.precision;
   out->loss_scale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0;
   out->params_padded = e->nfull;
@@ -252,20 +272,21 @@ static int model_fail(par_engine_t *e, int rc, const char *what) {
  * with it), so all leave together instead of waiting for the failed one.
  * Collective; one small allreduce, plus a broadcast when something failed. */
 int engine_agree(par_engine_t *e, int rc) {
-  if (e->size == 1) {
+  if (e->wsize == 1) {
     if (rc != STRATA_OK) e->err_all = 1;
     return rc;
   }
-  int32_t in[2] = {rc != STRATA_OK ? e->rank : e->size, rc}, who[2];
-  int crc = comm_allreduce(e->comm, who, in, 1, COMM_I32, COMM_MIN);
-  if (crc != STRATA_OK) return comm_failed(e, crc);
-  if (who[0] == e->size) return STRATA_OK;
+  comm_t *c = ctl_comm(e);
+  int32_t in[2] = {rc != STRATA_OK ? e->wrank : e->wsize, rc}, who[2];
+  int crc = comm_allreduce(c, who, in, 1, COMM_I32, COMM_MIN);
+  if (crc != STRATA_OK) return engine_fail(e, 0, crc, "%s", comm_last_error(c));
+  if (who[0] == e->wsize) return STRATA_OK;
   int32_t code = rc;
   char msg[sizeof e->err];
   snprintf(msg, sizeof msg, "%s", e->err);
-  if ((crc = comm_broadcast(e->comm, &code, 1, COMM_I32, who[0])) != STRATA_OK ||
-      (crc = comm_broadcast(e->comm, msg, sizeof msg, COMM_U8, who[0])) != STRATA_OK)
-    return comm_failed(e, crc);
+  if ((crc = comm_broadcast(c, &code, 1, COMM_I32, who[0])) != STRATA_OK ||
+      (crc = comm_broadcast(c, msg, sizeof msg, COMM_U8, who[0])) != STRATA_OK)
+    return engine_fail(e, 0, crc, "%s", comm_last_error(c));
   msg[sizeof msg - 1] = 0;
   return engine_fail(e, 1, code, "[rank %d] %s", who[0], msg);
 }
@@ -308,23 +329,46 @@ static int local_step(par_engine_t *e, par_data_t *data, double *loss_out) {
   return STRATA_OK;
 }
 
+/* Over the tensor group, the per-view sums (w per view) of the views it
+ * splits; a replicated view's (every tensor rank holds the same values)
+ * counts once. */
+static int sum_split_views(par_engine_t *e, double *vsq, int w) {
+  int nv = par_gpt_num_views(e->model), rc;
+  if (e->tp_size < 2) return STRATA_OK;
+  double *keep = e->vsq + (size_t)nv * (size_t)w; /* the replicated views' own sums */
+  for (int i = 0; i < nv; i++)
+    for (int k = 0; k < w; k++) {
+      int split = par_gpt_view(e->model, i)->split != PAR_GPT_SPLIT_NONE;
+      keep[(size_t)i * w + k] = split ? 0 : vsq[(size_t)i * w + k];
+      if (!split) vsq[(size_t)i * w + k] = 0;
+    }
+  if ((rc = comm_allreduce(e->tpc, vsq, vsq, (size_t)nv * w, COMM_F64, COMM_SUM)))
+    return engine_fail(e, 0, rc, "%s", comm_last_error(e->tpc));
+  for (size_t j = 0; j < (size_t)nv * w; j++) vsq[j] += keep[j];
+  return STRATA_OK;
+}
+
 /* Sums per view over the ranks: vsq[nv * w] from per-piece sums sq[npieces * w]
- * (w values per piece), back into sq. Stage 0 holds whole views: no
- * communication. */
+ * (w values per piece), back into sq: over the data-parallel shards (stage
+ * 0 holds whole views: none) and over the tensor group for split views. */
 static int sum_views(par_engine_t *e, double *sq, int w) {
   int nv = par_gpt_num_views(e->model), rc;
-  if (e->zero == 0 || e->size == 1) return STRATA_OK;
+  int dp = e->zero > 0 && e->size > 1;
+  if (!dp && e->tp_size < 2) return STRATA_OK;
   memset(e->vsq, 0, sizeof(double) * (size_t)nv * (size_t)w);
   for (int i = 0; i < e->npieces; i++)
     for (int k = 0; k < w; k++) e->vsq[(size_t)e->pieces[i].view * w + k] += sq[(size_t)i * w + k];
-  if ((rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv * w, COMM_F64, COMM_SUM))) return comm_failed(e, rc);
+  if (dp && (rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv * w, COMM_F64, COMM_SUM)))
+    return comm_failed(e, rc);
+  if ((rc = sum_split_views(e, e->vsq, w))) return rc;
   for (int i = 0; i < e->npieces; i++)
     for (int k = 0; k < w; k++) sq[(size_t)i * w + k] = e->vsq[(size_t)e->pieces[i].view * w + k];
   return STRATA_OK;
 }
 
 /* The global gradient norm: per-piece sums of squares, summed per view over
- * the ranks (each view counted once). */
+ * the ranks (each view counted once: data-parallel shards summed, tensor
+ * slices summed, replicated views once). */
 static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
   int rc;
   double here = 0;
@@ -333,14 +377,17 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
     return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
   for (int i = 0; i < e->npieces; i++) here += e->sq[i];
   *nonfinite_here = !isfinite(here);
-  if (e->zero == 0 || e->size == 1) {
+  if ((e->zero == 0 || e->size == 1) && e->tp_size < 2) {
     for (int i = 0; i < e->npieces; i++) *total += e->sq[i];
     return STRATA_OK;
   }
   int nv = par_gpt_num_views(e->model);
   memset(e->vsq, 0, sizeof(double) * (size_t)nv);
   for (int i = 0; i < e->npieces; i++) e->vsq[e->pieces[i].view] += e->sq[i];
-  if ((rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv, COMM_F64, COMM_SUM))) return comm_failed(e, rc);
+  if (e->zero > 0 && e->size > 1 &&
+      (rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv, COMM_F64, COMM_SUM)))
+    return comm_failed(e, rc);
+  if ((rc = sum_split_views(e, e->vsq, 1))) return rc;
   for (int i = 0; i < nv; i++) *total += e->vsq[i];
   return STRATA_OK;
 }
@@ -350,7 +397,7 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
  * applied (liboptim's two phases). */
 static int update(par_engine_t *e, float scale) {
   int rc, kind = par_optim_kind(e->optim_name);
-  if (e->zero == 0 || e->size == 1 || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
+  if (((e->zero == 0 || e->size == 1) && e->tp_size < 2) || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
     if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
       return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
     return STRATA_OK;
@@ -397,9 +444,11 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   e->pending_rc = STRATA_OK;
   double ctl[3] = {l, e->stop_flag && *e->stop_flag ? 1 : 0, local != STRATA_OK ? 1 : 0};
   out->loss_scale = lscale;
-  if (e->size > 1) {
-    if ((rc = comm_allreduce(e->comm, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK) return comm_failed(e, rc);
-    ctl[0] /= e->size;
+  if (e->wsize > 1) { /* every rank: the tensor ranks of a group hold the same loss */
+    comm_t *c = ctl_comm(e);
+    if ((rc = comm_allreduce(c, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK)
+      return engine_fail(e, 0, rc, "%s", comm_last_error(c));
+    ctl[0] /= e->wsize;
   }
   if (ctl[2] > 0 && (rc = engine_agree(e, local)) != STRATA_OK) return rc;
   out->loss = ctl[0];

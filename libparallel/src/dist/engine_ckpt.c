@@ -40,6 +40,56 @@ static void part(par_engine_t *e, const int *piece_of, int i, char what, int64_t
   *data = what == 'p' ? p : what == 'm' ? m : s;
 }
 
+/* The global flat ranges that elements [a, a + n) of view v, as this rank
+ * holds it, occupy in the whole tensor: under tensor parallelism a row
+ * block (column-parallel, the vocabulary), a column block (row-parallel:
+ * one range per row) or three row blocks (QKV: this rank's heads of q, k
+ * and v); else the same range. Ascending. *nr ranges into off/cnt (malloc'd
+ * by the caller to at least rows + 3). */
+static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_t a, int64_t n, int64_t *off,
+                          int64_t *cnt, int *nr) {
+  int r = e->tp_rank;
+  int64_t cols = v->ndim > 1 ? v->shape[1] : 1, G = v->ndim > 1 ? v->global[1] : 1;
+  *nr = 0;
+  for (int64_t i = a, end = a + n; i < end;) {
+    int64_t g = i, run = end - i; /* global index of local i, and how far it runs on */
+    if (v->split == PAR_GPT_SPLIT_ROWS) {
+      g = (int64_t)r * (int64_t)v->numel + i;
+    } else if (v->split == PAR_GPT_SPLIT_QKV) {
+      int64_t blk = (int64_t)v->numel / 3, k = i / blk, o = i % blk;
+      g = k * (v->global[0] / 3) * cols + (int64_t)r * blk + o;
+      run = blk - o < run ? blk - o : run;
+    } else if (v->split == PAR_GPT_SPLIT_COLS) {
+      int64_t row = i / cols, col = i % cols;
+      g = row * G + (int64_t)r * cols + col;
+      run = cols - col < run ? cols - col : run;
+    }
+    if (*nr > 0 && off[*nr - 1] + cnt[*nr - 1] == g) cnt[*nr - 1] += run;
+    else off[*nr] = g, cnt[*nr] = run, (*nr)++;
+    i += run;
+  }
+}
+
+/* Writes (or reads) this rank's elements [a, a + n) of view v at data, at
+ * their place in the whole tensor named name. A replicated view is
+ * written by tensor rank 0 alone (every tensor rank reads it). */
+static int view_io(par_engine_t *e, par_ckpt_t *c, int writing, const char *name, const par_gpt_view_t *v,
+                   int64_t a, int64_t n, float *data) {
+  int64_t rows = v->shape[0] + 3, *off = malloc((size_t)rows * sizeof *off), *cnt = malloc((size_t)rows * sizeof *cnt);
+  int nr = 0, rc;
+  if (!off || !cnt) {
+    free(off), free(cnt);
+    return engine_fail(e, 0, STRATA_ENOMEM, "checkpoint: out of memory for the ranges of %s", v->name);
+  }
+  if (writing && v->split == PAR_GPT_SPLIT_NONE && e->tp_rank > 0) n = 0;
+  global_ranges(e, v, a, n, off, cnt, &nr);
+  if (nr == 0) off[0] = 0, cnt[0] = 0, nr = 1;
+  rc = writing ? par_ckpt_write_ranges(c, name, v->ndim, v->global, nr, off, cnt, data)
+               : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, data);
+  free(off), free(cnt);
+  return rc;
+}
+
 static int *piece_index(par_engine_t *e) {
   int nv = par_gpt_num_views(e->model);
   int *idx = malloc((size_t)nv * sizeof *idx);
@@ -55,8 +105,9 @@ static int *piece_index(par_engine_t *e) {
  * files stay below it (tests/lua/failures.sh checks). */
 static uint64_t file_bytes(par_engine_t *e, const par_attr_t *attrs, int nattrs) {
   uint64_t n = 0, arrays = 0, per = 1 + ((e->state_arrays & 1) ? 1 : 0) + ((e->state_arrays & 2) ? 1 : 0);
-  for (int i = 0; i < par_gpt_num_views(e->model); i++) {
-    n += per * par_gpt_view(e->model, i)->numel * sizeof(float);
+  for (int i = 0; i < par_gpt_num_views(e->model); i++) { /* the whole tensors, whatever the split */
+    const par_gpt_view_t *v = par_gpt_view(e->model, i);
+    n += per * (uint64_t)v->global[0] * (uint64_t)(v->ndim > 1 ? v->global[1] : 1) * sizeof(float);
     arrays += per;
   }
   uint64_t a = 4096 + strlen(e->model_desc) + strlen(e->optim_desc) + strlen(e->layout_desc);
@@ -78,11 +129,13 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
   /* Every rank must be here before HDF5's collective file creation, whose
    * waits have no watchdog: a stopped rank is reported now, by libcomm. */
   int rc = e->size > 1 ? comm_barrier(e->comm) : STRATA_OK;
+  if (rc == STRATA_OK && e->tpc) rc = comm_barrier(e->tpc); /* with the data groups': every rank */
   if (rc != STRATA_OK) {
     free(piece_of);
-    return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path, comm_last_error(e->comm));
+    return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path,
+                       comm_last_error(e->tpc && comm_last_error(e->tpc)[0] ? e->tpc : e->comm));
   }
-  rc = par_ckpt_create(path, comm_mpi(e->comm), e->opts.collective_timeout_s, &c, err, sizeof err);
+  rc = par_ckpt_create(path, e->world, e->opts.collective_timeout_s, &c, err, sizeof err);
   if (rc != STRATA_OK) {
     free(piece_of);
     return engine_fail(e, 1, rc, "%s", err);
@@ -95,7 +148,7 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
       float *d;
       part(e, piece_of, i, *w, &off, &cnt, &d);
       ckpt_array_name(CKPT_FORMAT_VERSION, *w, e->optim_name, v->name, name, sizeof name);
-      CK(par_ckpt_write(c, name, v->ndim, v->shape, off, cnt, d));
+      CK(view_io(e, c, 1, name, v, off, cnt, d));
     }
   }
   int64_t st = step, pos = (int64_t)par_data_position(data), ost = optim_get_step(e->opt);
@@ -162,7 +215,7 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   if (!e || !path || !data || !step) return STRATA_EINVAL;
   int *piece_of = piece_index(e);
   if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
-  int rc = par_ckpt_open(path, comm_mpi(e->comm), e->opts.collective_timeout_s, &c, err, sizeof err);
+  int rc = par_ckpt_open(path, e->world, e->opts.collective_timeout_s, &c, err, sizeof err);
   if (rc != STRATA_OK) {
     free(piece_of);
     return engine_fail(e, 1, rc, "%s", err);
@@ -184,7 +237,7 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
       float *d;
       read_part(e, piece_of, i, *w, &off, &cnt, &d);
       ckpt_array_name((int)ver, *w, e->optim_name, v->name, name, sizeof name);
-      CK(par_ckpt_read(c, name, v->ndim, v->shape, off, cnt, d));
+      CK(view_io(e, c, 0, name, v, off, cnt, d));
     }
   }
   int64_t st, pos, ost;

@@ -48,6 +48,12 @@ struct par_engine {
   int device;
   comm_t *comm;     /* the data-parallel group */
   int rank, size;
+  comm_t *tpc;      /* the tensor-parallel group (NULL: tp = 1): consecutive ranks of world */
+  int tp_rank, tp_size;
+  MPI_Comm world;   /* every rank of the run (borrowed): checkpoints, the memory check */
+  int wrank, wsize;
+  comm_t *wc;       /* every rank, when tp > 1: the step's control word, agreeing on failures
+                       (ctl_comm: else the data-parallel group, which is every rank) */
   int zero;         /* ZeRO stage */
   int accum;        /* microbatches per step: global_batch / (dp * microbatch) */
   int seq;          /* tokens per sample */
@@ -104,6 +110,9 @@ struct par_engine {
   char err[1536];
   int err_all; /* the last error was returned by every rank */
 };
+
+/* The group that agrees on the step's outcome: every rank of the run. */
+static inline comm_t *ctl_comm(const par_engine_t *e) { return e->wc ? e->wc : e->comm; }
 
 /* Sets the engine's error (all: every rank returns it) and returns code. */
 int engine_fail(par_engine_t *e, int all, int code, const char *fmt, ...)

@@ -63,7 +63,7 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
   int local = 1;
   if (have == 0) {
     MPI_Comm node;
-    MPI_Comm_split_type(comm_mpi(e->comm), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_split_type(e->world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local);
     double avail = host_available();
     /* the lowest figure of the node's ranks, so that all decide alike */
@@ -75,8 +75,8 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
   par_gpt_config_t m = *mc;
   par_layout_t l = *lay;
   par_plan_t pl;
-  double need = predict(&m, &l, e->size, &pl);
-  MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_DOUBLE, MPI_MIN, comm_mpi(e->comm));
+  double need = predict(&m, &l, e->wsize, &pl);
+  MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_DOUBLE, MPI_MIN, e->world);
   if (need <= have || need == 0) return STRATA_OK;
   /* The largest categories, largest first. */
   static const char *names[] = {"parameters",  "gradients", "optimizer state",
@@ -100,12 +100,12 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
   char fix[256] = "";
   for (int z = lay->zero_stage + 1; z <= 3 && !fix[0]; z++) {
     l = *lay, l.zero_stage = z;
-    double n = predict(&m, &l, e->size, &pl);
+    double n = predict(&m, &l, e->wsize, &pl);
     if (n > 0 && n <= have) snprintf(fix, sizeof fix, "ZeRO stage %d (%s per rank)", z, gb(b1, n));
   }
   if (!fix[0] && !mc->recompute) {
     l = *lay, l.zero_stage = 3, m.recompute = 1;
-    double n = predict(&m, &l, e->size, &pl);
+    double n = predict(&m, &l, e->wsize, &pl);
     if (n > 0 && n <= have)
       snprintf(fix, sizeof fix, "ZeRO stage 3 with recomputation (%s per rank)", gb(b1, n));
   }
@@ -113,7 +113,7 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
   for (int mb = lay->microbatch / 2; mb >= 1 && !fix[0]; mb /= 2) {
     if ((lay->global_batch / lay->dp) % mb) continue;
     l = *lay, l.zero_stage = 3, l.microbatch = mb;
-    double n = predict(&m, &l, e->size, &pl);
+    double n = predict(&m, &l, e->wsize, &pl);
     if (n > 0 && n <= have)
       snprintf(fix, sizeof fix,
                "ZeRO stage 3 with recomputation and microbatches of %d (%s per rank)", mb,
@@ -126,7 +126,7 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
     snprintf(fix, sizeof fix,
              "none on %d rank%s: its model states alone (%s) need about %d ranks like this one "
              "under ZeRO-3",
-             e->size, e->size > 1 ? "s" : "", gb(b1, states), ranks);
+             e->wsize, e->wsize > 1 ? "s" : "", gb(b1, states), ranks);
   }
   char share[96] = "";
   if (local > 1)

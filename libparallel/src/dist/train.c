@@ -102,7 +102,7 @@ static void notice(loop_t *lp, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (lp->e->rank == 0 && lp->o->notice) lp->o->notice(lp->o->ctx, msg);
+  if (lp->e->wrank == 0 && lp->o->notice) lp->o->notice(lp->o->ctx, msg);
 }
 
 /* A save interrupted by a kill leaves "<path>.tmp" (the complete
@@ -110,7 +110,7 @@ static void notice(loop_t *lp, const char *fmt, ...) {
 static void remove_leftover(loop_t *lp) {
   const char *path = lp->o->ckpt_path;
   char tmp[1100];
-  if (lp->e->rank != 0 || !path) return;
+  if (lp->e->wrank != 0 || !path) return;
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   if (access(tmp, F_OK) != 0) return;
   if (unlink(tmp) == 0) notice(lp, "removed '%s', left by a checkpoint save that did not finish", tmp);
@@ -225,7 +225,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
   remove_leftover(lp);
   res->fail_phase = "start";
   rc = STRATA_OK;
-  if (e->rank == 0 && o->metrics_path) {
+  if (e->wrank == 0 && o->metrics_path) {
     if (!(lp->rows = malloc(ROWS_MAX * NMETRICS * sizeof *lp->rows)))
       rc = engine_fail(e, 0, STRATA_ENOMEM, "out of memory for metrics rows");
     else rc = open_metrics(lp, start);
@@ -239,7 +239,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
   double tt = 0, tt_row = 0, tt_rep = 0;
   long done = 0, steps_row = 0, steps_rep = 0;
   const double tokens_per_step = (double)e->layout.global_batch * e->seq;
-  par_progress_t p = {.rank = e->rank, .ranks = e->size, .step = start, .steps = o->steps,
+  par_progress_t p = {.rank = e->wrank, .ranks = e->wsize, .step = start, .steps = o->steps,
                       .start = start, .loss = NAN, .val_loss = NAN, .last_val_loss = NAN,
                       .lr = NAN, .grad_norm = NAN, .last_ckpt_step = res->last_ckpt_step,
                       .begin = 1};
@@ -269,11 +269,12 @@ static int run(loop_t *lp, par_train_result_t *res) {
     par_engine_memory(e, NULL, &peak);
     int ckpt = (o->ckpt_every > 0 && step % o->ckpt_every == 0) || (step == o->steps && o->ckpt_final);
     if (lp->metrics && (step % o->metrics_every == 0 || eval || step == o->steps)) {
-      double sent = 0; /* every collective of the data-parallel group */
+      double sent = 0; /* every collective of the data-parallel and tensor-parallel groups */
       for (int k = 0; k < COMM_NKINDS; k++) {
         comm_counter_t cnt = {0};
         comm_counters(e->comm, (comm_kind_t)k, &cnt);
         sent += (double)cnt.bytes_sent;
+        if (e->tpc && comm_counters(e->tpc, (comm_kind_t)k, &cnt) == STRATA_OK) sent += (double)cnt.bytes_sent;
       }
       double tps = tokens_per_step * (double)steps_row / (tt - tt_row);
       tt_row = tt, steps_row = 0;

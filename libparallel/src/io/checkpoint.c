@@ -292,25 +292,63 @@ static herr_t select_range(hid_t space, int ndim, const hsize_t *dims, hsize_t *
   return 0;
 }
 
-static herr_t select_flat(hid_t space, int ndim, const hsize_t *dims, int64_t offset,
-                          int64_t count) {
+/* The union of flat ranges [offsets[i], offsets[i] + counts[i]) (ascending
+ * and disjoint, so that the selection's row-major order is theirs). */
+static herr_t select_flat(hid_t space, int ndim, const hsize_t *dims, int n, const int64_t *offsets,
+                          const int64_t *counts) {
   hsize_t pre[PAR_CKPT_MAX_DIMS] = {0};
   int first = 1;
-  if (count == 0) return H5Sselect_none(space);
-  return select_range(space, ndim, dims, pre, 0, (hsize_t)offset, (hsize_t)(offset + count),
-                      &first);
+  for (int i = 0; i < n; i++)
+    if (counts[i] > 0 && select_range(space, ndim, dims, pre, 0, (hsize_t)offsets[i],
+                                      (hsize_t)(offsets[i] + counts[i]), &first) < 0)
+      return -1;
+  return first ? H5Sselect_none(space) : 0;
+}
+
+/* The ranges' total, or -1 when one lies outside [0, total) or they are
+ * not ascending and disjoint. */
+static int64_t ranges_total(int n, const int64_t *offsets, const int64_t *counts, int64_t total) {
+  int64_t sum = 0, end = 0;
+  for (int i = 0; i < n; i++) {
+    if (counts[i] < 0 || offsets[i] < end || offsets[i] + counts[i] > total) return -1;
+    if (counts[i] > 0) end = offsets[i] + counts[i];
+    sum += counts[i];
+  }
+  return sum;
+}
+
+/* check_args for a list of ranges: their total, or -1 with c->err set. */
+static int64_t ranges_arg(par_ckpt_t *c, const char *what, const char *name, int ndim, const int64_t *shape,
+                          int n, const int64_t *offsets, const int64_t *counts, const void *data) {
+  if (n == 1 && offsets && counts) /* one range: check_args names it */
+    return check_args(c, what, name, ndim, shape, offsets[0], counts[0], data) != STRATA_OK ? -1 : counts[0];
+  if (check_args(c, what, name, ndim, shape, 0, 0, NULL) != STRATA_OK) return -1;
+  int64_t total = total_of(ndim, shape), sum = n >= 1 && offsets && counts ? ranges_total(n, offsets, counts, total) : -1;
+  if (sum < 0 || (sum > 0 && !data)) {
+    snprintf(c->err, sizeof c->err,
+             "checkpoint %s '%s': %d ranges not ascending, disjoint and inside the %lld elements (or no data)", what,
+             name, n, (long long)total);
+    return -1;
+  }
+  return sum;
 }
 
 int par_ckpt_write(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape,
                    int64_t offset, int64_t count, const float *data) {
+  return par_ckpt_write_ranges(c, name, ndim, shape, 1, &offset, &count, data);
+}
+
+int par_ckpt_write_ranges(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape, int nranges,
+                          const int64_t *offsets, const int64_t *counts, const float *data) {
   char h5[256];
   hid_t space = -1, mem = -1, dcpl = -1, lcpl = -1, ds = -1, xfer = -1;
-  hsize_t dims[PAR_CKPT_MAX_DIMS], chunk[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
+  hsize_t dims[PAR_CKPT_MAX_DIMS], chunk[PAR_CKPT_MAX_DIMS];
   if (!c) return STRATA_EINVAL;
   io_deadline_feed(c->dl, "checkpoint '%s': writing '%s'", c->path, name ? name : "?");
   H5_QUIET();
-  int rc = c->writing ? check_args(c, "write", name, ndim, shape, offset, count, data)
-                      : STRATA_ESTATE;
+  int64_t count = ranges_arg(c, "write", name, ndim, shape, nranges, offsets, counts, data);
+  hsize_t n = count > 0 ? (hsize_t)count : 1;
+  int rc = count < 0 ? STRATA_EINVAL : c->writing ? STRATA_OK : STRATA_ESTATE;
   if (rc == STRATA_ESTATE)
     snprintf(c->err, sizeof c->err, "checkpoint '%s': opened for reading", c->path);
   if ((rc = sync_status(c, rc)) != STRATA_OK) return rc;
@@ -336,7 +374,7 @@ int par_ckpt_write(par_ckpt_t *c, const char *name, int ndim, const int64_t *sha
     goto h5fail;
   if ((ds = H5Dcreate2(c->file, name, H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
     goto h5fail;
-  if (select_flat(space, ndim, dims, offset, count) < 0) goto h5fail;
+  if (select_flat(space, ndim, dims, nranges, offsets, counts) < 0) goto h5fail;
   if (count == 0 && H5Sselect_none(mem) < 0) goto h5fail;
   if (H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, xfer, data) < 0) goto h5fail;
   goto done;
@@ -409,14 +447,21 @@ int par_ckpt_shape(par_ckpt_t *c, const char *name, int *ndim, int64_t *shape) {
 
 int par_ckpt_read(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape,
                   int64_t offset, int64_t count, float *data) {
+  return par_ckpt_read_ranges(c, name, ndim, shape, 1, &offset, &count, data);
+}
+
+int par_ckpt_read_ranges(par_ckpt_t *c, const char *name, int ndim, const int64_t *shape, int nranges,
+                         const int64_t *offsets, const int64_t *counts, float *data) {
   char h5[256], a[96], b[96];
   hid_t ds = -1, space = -1, mem = -1;
   int snd = 0;
   int64_t sshape[PAR_CKPT_MAX_DIMS];
-  hsize_t dims[PAR_CKPT_MAX_DIMS], n = count > 0 ? (hsize_t)count : 1;
+  hsize_t dims[PAR_CKPT_MAX_DIMS];
   if (!c) return STRATA_EINVAL;
   H5_QUIET();
-  int rc = check_args(c, "read", name, ndim, shape, offset, count, data);
+  int64_t count = ranges_arg(c, "read", name, ndim, shape, nranges, offsets, counts, data);
+  hsize_t n = count > 0 ? (hsize_t)count : 1;
+  int rc = count < 0 ? STRATA_EINVAL : STRATA_OK;
   if (rc == STRATA_OK) rc = stored_shape(c, name, &ds, &snd, sshape);
   if (rc == STRATA_OK) {
     int same = snd == ndim;
@@ -433,7 +478,7 @@ int par_ckpt_read(par_ckpt_t *c, const char *name, int ndim, const int64_t *shap
   if (rc == STRATA_OK && count > 0) {
     for (int i = 0; i < ndim; i++) dims[i] = (hsize_t)shape[i];
     if ((space = H5Dget_space(ds)) < 0 || (mem = H5Screate_simple(1, &n, NULL)) < 0 ||
-        select_flat(space, ndim, dims, offset, count) < 0) {
+        select_flat(space, ndim, dims, nranges, offsets, counts) < 0) {
       snprintf(c->err, sizeof c->err, "checkpoint '%s': selecting in '%s': %s", c->path, name,
                h5_last_error(h5, sizeof h5));
       rc = STRATA_EHDF5;

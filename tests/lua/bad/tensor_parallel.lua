@@ -1,5 +1,6 @@
--- expect: 2 tensor_parallel.lua:4: parallel.tp = 2: must be 1 in this build
+-- expect: 2 tensor_parallel.lua:4: parallel.tp = 3: does not divide model.heads = 4 (each tensor rank holds whole heads)
 local strata = require "strata"
 strata.experiment{
-  parallel = {tp = 2},
+  parallel = {tp = 3},
+  model = {heads = 4, hidden = 64},
 }

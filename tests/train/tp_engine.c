@@ -1,0 +1,210 @@
+/* The engine with Megatron tensor parallelism (mpirun -np 2 and 4): tensor
+ * groups of consecutive ranks, data parallelism (and ZeRO) across them.
+ *  - Parallel equals serial: tp x dp in {2 x 1, 2 x 2, 4 x 1} with ZeRO 0,
+ *    1 and 3, AdamW and LAMB (whose trust ratios need whole tensors: the
+ *    slices' partial sums over the tensor group, replicated tensors once),
+ *    clipping on: 20 steps give the serial losses, gradient norms and
+ *    parameters (each rank's slice of the serial model).
+ *  - Checkpoints hold every tensor whole: saved under tp 2 x dp 2 (ZeRO-1),
+ *    loaded serially, under tp 1 x dp 4 (ZeRO-3) and under tp 4, each
+ *    rank's parameters are exactly its slice of the saved model, and the
+ *    runs go on.
+ * Tolerance, as tests/train/zero_equiv.c argues for data parallelism, with
+ * the tensor group's sums (row-parallel partial products, the inputs'
+ * gradients, the norms' partial sums) as one more reordering of fp32 sums:
+ * losses 1e-6 relative (seen 1e-7), gradient norms 1e-5, parameters 1e-4
+ * of the training's move. A missing or doubled sum over the tensor group,
+ * a replicated tensor counted t times in a norm or a misplaced slice moves
+ * them by a sizeable part of it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <strata/parallel.h>
+
+#define STEPS 20
+static int rank, ranks, fails;
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "tp_engine np=%d rank %d line %d: ", ranks, rank, __LINE__);                 \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      fails++;                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 4, .seq = 18, .vocab = 256};
+
+static par_engine_t *engine(MPI_Comm comm, int tp, int dp, int zero, int B, const char *opt) {
+  par_layout_t lay = PAR_LAYOUT_DEFAULTS;
+  lay.tp = tp, lay.dp = dp, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * dp;
+  par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
+  oc.name = opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
+  par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
+  eo.steps = STEPS, eo.threads = 1, eo.seed = 5, eo.comm = comm, eo.bucket_mb = 0.004;
+  par_engine_t *e = NULL;
+  char err[512];
+  if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) {
+    fprintf(stderr, "tp_engine: %s\n", err);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return e;
+}
+
+static par_data_t *data(void) {
+  par_data_options_t o = PAR_DATA_DEFAULTS;
+  o.seq = mc.seq, o.markov_tokens = 1 << 15;
+  par_data_t *d = NULL;
+  char err[512];
+  if (par_data_open(&o, &d, err, sizeof err)) {
+    fprintf(stderr, "tp_engine: %s\n", err);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return d;
+}
+
+/* The serial model's parameters (flat, whole) as tensor rank r of the
+ * model m holds them (m's flat layout). */
+static void slice_all(par_gpt_t *m, par_gpt_t *serial, const float *full, float *out, int r) {
+  for (int i = 0; i < par_gpt_num_views(m); i++) {
+    const par_gpt_view_t *v = par_gpt_view(m, i), *sv = par_gpt_view(serial, i);
+    int64_t R = v->shape[0], C = v->ndim > 1 ? v->shape[1] : 1, GC = v->ndim > 1 ? v->global[1] : 1;
+    for (int64_t a = 0; a < R; a++)
+      for (int64_t b = 0; b < C; b++) {
+        int64_t ga = a, gb = b;
+        if (v->split == PAR_GPT_SPLIT_ROWS) ga = r * R + a;
+        else if (v->split == PAR_GPT_SPLIT_COLS) gb = r * C + b;
+        else if (v->split == PAR_GPT_SPLIT_QKV) ga = (a / (R / 3)) * (v->global[0] / 3) + r * (R / 3) + a % (R / 3);
+        out[v->offset + a * C + b] = full[sv->offset + ga * GC + gb];
+      }
+  }
+}
+
+static size_t local_count(par_gpt_t *m) {
+  const par_gpt_view_t *v = par_gpt_view(m, par_gpt_num_views(m) - 1);
+  return v->offset + v->numel;
+}
+
+static void equiv(int tp, int zero, const char *opt) {
+  const int B = 2, dp = ranks / tp;
+  size_t np = par_gpt_param_count(&mc);
+  par_engine_t *s = engine(MPI_COMM_SELF, 1, 1, 0, B * dp, opt), *e = engine(MPI_COMM_WORLD, tp, dp, zero, B, opt);
+  par_gpt_t *sm = par_engine_model(s), *em = par_engine_model(e);
+  size_t nl = local_count(em);
+  float *ps = malloc(np * 4), *p0 = malloc(np * 4), *pe = malloc(nl * 4), *want = malloc(nl * 4),
+        *w0 = malloc(nl * 4);
+  par_data_t *ds = data(), *dd = data();
+  double max_dl = 0, max_dg = 0;
+  par_engine_get_params(s, p0);
+  int tr = rank % tp;
+  for (int step = 1; step <= STEPS; step++) {
+    par_step_t a, b;
+    if (par_engine_step(s, ds, &a) || par_engine_step(e, dd, &b)) {
+      CHECK(0, "tp %d zero %d %s step %d: %s / %s", tp, zero, opt, step, par_engine_error(s), par_engine_error(e));
+      break;
+    }
+    max_dl = fmax(max_dl, fabs(a.loss - b.loss) / a.loss);
+    max_dg = fmax(max_dg, fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
+  }
+  par_engine_get_params(s, ps);
+  par_engine_get_params(e, pe);
+  slice_all(em, sm, ps, want, tr);
+  slice_all(em, sm, p0, w0, tr);
+  double d2 = 0, m2 = 0;
+  for (size_t i = 0; i < nl; i++) {
+    double d = (double)want[i] - pe[i], mv = (double)want[i] - w0[i];
+    d2 += d * d, m2 += mv * mv;
+  }
+  /* every rank's slice counts: the move and the difference over the run */
+  double sums[2] = {d2, m2};
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double rel = sqrt(sums[0] / sums[1]);
+  CHECK(max_dl <= 1e-6 && max_dg <= 1e-5 && rel <= 1e-4,
+        "tp %d x dp %d zero %d %s: losses %.3g relative, norms %.3g, parameters %.3g of the move apart", tp, dp, zero,
+        opt, max_dl, max_dg, rel);
+  if (rank == 0)
+    printf("tp %d x dp %d zero %d %-5s: losses within %.2g relative of one rank's, norms %.2g, parameters %.2g of "
+           "the training's move\n",
+           tp, dp, zero, opt, max_dl, max_dg, rel);
+  par_engine_destroy(e), par_engine_destroy(s);
+  par_data_destroy(ds), par_data_destroy(dd);
+  free(ps), free(p0), free(pe), free(want), free(w0);
+}
+
+/* Saved under tp 2 x dp 2: every other layout holds its slice of it. */
+static void reshard(const char *dir) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/tp.h5", dir);
+  size_t np = par_gpt_param_count(&mc);
+  par_engine_t *a = engine(MPI_COMM_WORLD, 2, ranks / 2, 1, 2, "adamw");
+  par_data_t *d = data();
+  par_step_t st;
+  for (int k = 0; k < 5; k++) CHECK(par_engine_step(a, d, &st) == 0, "step: %s", par_engine_error(a));
+  CHECK(par_engine_save(a, path, d, 5, NULL, 0) == 0, "save: %s", par_engine_error(a));
+  size_t na = local_count(par_engine_model(a));
+  float *saved = malloc(na * 4), *full = malloc(np * 4), *mine = malloc(np * 4), *want = malloc(np * 4);
+  par_engine_get_params(a, saved);
+  par_data_destroy(d);
+  /* serially, on every rank: the whole model, whose tp-2 slice is what rank saved */
+  par_engine_t *s = engine(MPI_COMM_SELF, 1, 1, 0, 2, "adamw");
+  d = data();
+  long step = 0;
+  CHECK(par_engine_load(s, path, d, &step) == 0 && step == 5, "serial load: %s", par_engine_error(s));
+  par_engine_get_params(s, full);
+  slice_all(par_engine_model(a), par_engine_model(s), full, want, rank % 2);
+  CHECK(!memcmp(want, saved, na * 4), "serial load: not the saved model");
+  CHECK(par_engine_step(s, d, &st) == 0 && isfinite(st.loss), "a serial step after loading: %s", par_engine_error(s));
+  par_data_destroy(d);
+  /* tp 1 x dp 4 (ZeRO-3) and tp 4 x dp 1: their slices of the same model */
+  int layouts[2][3] = {{1, ranks, 3}, {ranks, 1, 0}};
+  for (int k = 0; k < 2; k++) {
+    if (ranks == 2 && k == 1) continue; /* tp 2 is the saving layout */
+    par_engine_t *b = engine(MPI_COMM_WORLD, layouts[k][0], layouts[k][1], layouts[k][2], 2, "adamw");
+    d = data();
+    CHECK(par_engine_load(b, path, d, &step) == 0, "load under tp %d: %s", layouts[k][0], par_engine_error(b));
+    size_t nb = local_count(par_engine_model(b));
+    par_engine_get_params(b, mine);
+    slice_all(par_engine_model(b), par_engine_model(s), full, want, rank % layouts[k][0]);
+    CHECK(!memcmp(want, mine, nb * 4), "load under tp %d x dp %d: not the saved model", layouts[k][0], layouts[k][1]);
+    CHECK(par_engine_step(b, d, &st) == 0 && isfinite(st.loss), "a step after loading: %s", par_engine_error(b));
+    par_engine_destroy(b), par_data_destroy(d);
+  }
+  par_engine_destroy(s), par_engine_destroy(a);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("np=%d: a checkpoint saved under tp 2 x dp %d loads serially, under tp 1 x dp %d (ZeRO-3)%s with every "
+           "rank's slice exact\n",
+           ranks, ranks / 2, ranks, ranks == 4 ? " and under tp 4" : "");
+    unlink(path);
+  }
+  free(saved), free(full), free(mine), free(want);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/strata_tp_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (rank == 0 && !mkdtemp(dir)) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  const char *opts[2] = {"adamw", "lamb"};
+  for (int o = 0; o < 2; o++) {
+    equiv(2, 0, opts[o]);
+    if (ranks == 4) {
+      equiv(2, 1, opts[o]);
+      equiv(2, 3, opts[o]);
+      equiv(4, 0, opts[o]);
+    }
+  }
+  reshard(dir);
+  if (rank == 0) rmdir(dir);
+  int all = 0;
+  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("tp_engine np=%d: %s\n", ranks, all ? "FAILED" : "ok");
+  MPI_Finalize();
+  return all ? 1 : 0;
+}
