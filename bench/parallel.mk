@@ -2,3 +2,6 @@
 # plain data parallelism, memory per rank per stage against the planner.
 $(eval $(call strata_program,bench_parallel_zero,bench/parallel_zero.c,parallel))
 BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_zero 4:$$BUILD/bin/bench_parallel_zero
+# Megatron tensor parallelism: tp = 2 scaling on a model whose GEMMs dominate.
+$(eval $(call strata_program,bench_parallel_tp,bench/parallel_tp.c,parallel))
+BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_tp

@@ -162,6 +162,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);
   e->device = par_gpt_device(e->model);
+  int64_t rows = 0;
+  for (int i = 0; i < par_gpt_num_views(e->model); i++)
+    if (par_gpt_view(e->model, i)->shape[0] > rows) rows = par_gpt_view(e->model, i)->shape[0];
+  if (!(e->ranges = malloc(2 * (size_t)(rows + 3) * sizeof *e->ranges)))
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for checkpoint ranges");
   if ((rc = state_create(e)) || (rc = setup_optimizer(e, oc))) return rc;
   size_t bt = (size_t)lay->microbatch * (size_t)e->seq;
   if (!(e->in = malloc(bt * sizeof *e->in)) || !(e->tg = malloc(bt * sizeof *e->tg)))
@@ -207,7 +212,7 @@ void par_engine_destroy(par_engine_t *e) {
   comm_destroy(e->comm);
   comm_destroy(e->tpc);
   comm_destroy(e->wc);
-  free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg);
+  free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg), free(e->ranges);
   free(e);
 }
 

@@ -44,8 +44,8 @@ static void part(par_engine_t *e, const int *piece_of, int i, char what, int64_t
  * holds it, occupy in the whole tensor: under tensor parallelism a row
  * block (column-parallel, the vocabulary), a column block (row-parallel:
  * one range per row) or three row blocks (QKV: this rank's heads of q, k
- * and v); else the same range. Ascending. *nr ranges into off/cnt (malloc'd
- * by the caller to at least rows + 3). */
+ * and v); else the same range. Ascending. *nr ranges into off/cnt (room for
+ * at least rows + 3: e->ranges). */
 static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_t a, int64_t n, int64_t *off,
                           int64_t *cnt, int *nr) {
   int r = e->tp_rank;
@@ -75,19 +75,13 @@ static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_
  * written by tensor rank 0 alone (every tensor rank reads it). */
 static int view_io(par_engine_t *e, par_ckpt_t *c, int writing, const char *name, const par_gpt_view_t *v,
                    int64_t a, int64_t n, float *data) {
-  int64_t rows = v->shape[0] + 3, *off = malloc((size_t)rows * sizeof *off), *cnt = malloc((size_t)rows * sizeof *cnt);
-  int nr = 0, rc;
-  if (!off || !cnt) {
-    free(off), free(cnt);
-    return engine_fail(e, 0, STRATA_ENOMEM, "checkpoint: out of memory for the ranges of %s", v->name);
-  }
+  int64_t *off = e->ranges, *cnt = e->ranges + v->shape[0] + 3;
+  int nr = 0;
   if (writing && v->split == PAR_GPT_SPLIT_NONE && e->tp_rank > 0) n = 0;
   global_ranges(e, v, a, n, off, cnt, &nr);
   if (nr == 0) off[0] = 0, cnt[0] = 0, nr = 1;
-  rc = writing ? par_ckpt_write_ranges(c, name, v->ndim, v->global, nr, off, cnt, data)
-               : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, data);
-  free(off), free(cnt);
-  return rc;
+  return writing ? par_ckpt_write_ranges(c, name, v->ndim, v->global, nr, off, cnt, data)
+                 : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, data);
 }
 
 static int *piece_index(par_engine_t *e) {
@@ -179,7 +173,8 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
   CK(par_ckpt_commit(c));
 done:
   /* A timed-out status exchange leaves a rank inside HDF5: only this rank knows. */
-  if (rc != STRATA_OK) engine_fail(e, rc != STRATA_ETIMEOUT, rc, "%s", par_ckpt_error(c));
+  /* (an error of the engine's own, with none from the file, keeps its message) */
+  if (rc != STRATA_OK && par_ckpt_error(c)[0]) engine_fail(e, rc != STRATA_ETIMEOUT, rc, "%s", par_ckpt_error(c));
   par_ckpt_close(c);
   free(piece_of);
   return rc;
@@ -271,7 +266,8 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   *step = (long)st;
 done:
   free(contents);
-  if (rc != STRATA_OK) engine_fail(e, 1, rc, "%s", err[0] && !strstr(err, "%") ? err : par_ckpt_error(c));
+  if (rc != STRATA_OK && (err[0] || par_ckpt_error(c)[0]))
+    engine_fail(e, 1, rc, "%s", err[0] && !strstr(err, "%") ? err : par_ckpt_error(c));
   par_ckpt_close(c);
   free(piece_of);
   return rc;

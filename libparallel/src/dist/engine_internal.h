@@ -100,6 +100,7 @@ struct par_engine {
   char model_desc[256], optim_desc[512], layout_desc[160];
   double loss0; /* the loss of the run's first step (NaN before it; kept in checkpoints) */
   char ckpt_optim[512], ckpt_data[256]; /* the loaded checkpoint's optimizer and data descriptions */
+  int64_t *ranges; /* checkpoints: a view's ranges in the whole tensor (2 x (most rows + 3)) */
   const volatile sig_atomic_t *stop_flag; /* par_engine_watch_stop */
   int pending_rc;                         /* engine_defer_error: joins the next step */
   char pending_msg[1024];
