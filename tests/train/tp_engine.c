@@ -5,6 +5,8 @@
  *    slices' partial sums over the tensor group, replicated tensors once),
  *    clipping on: 20 steps give the serial losses, gradient norms and
  *    parameters (each rank's slice of the serial model).
+ *  - Memory per rank equals the planner's: model states exactly,
+ *    activations within 10%.
  *  - Checkpoints hold every tensor whole: saved under tp 2 x dp 2 (ZeRO-1),
  *    loaded serially, under tp 1 x dp 4 (ZeRO-3) and under tp 4, each
  *    rank's parameters are exactly its slice of the saved model, and the
@@ -88,6 +90,38 @@ static size_t local_count(par_gpt_t *m) {
   return v->offset + v->numel;
 }
 
+/* Memory per rank against the planner (strata's engine parameters): the
+ * model states exactly (each rank's tensor slice of every region, padded to
+ * the data-parallel shards), the activations within 10%. */
+static void memory(par_engine_t *e, int tp, int dp, int zero, int B) {
+  par_engine_info_t in;
+  par_engine_info(e, &in);
+  par_cluster_t cl;
+  par_cluster_preset("this-machine", &cl, NULL, 0);
+  cl.nodes = 1, cl.gpus_per_node = ranks;
+  par_layout_t lay = PAR_LAYOUT_DEFAULTS;
+  lay.tp = tp, lay.dp = dp, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * dp;
+  par_plan_params_t pp;
+  par_plan_params_engine(&pp);
+  par_plan_t pl;
+  CHECK(par_plan_estimate(&mc, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+  CHECK((double)in.state_bytes[0] == pl.mem[PAR_MEM_PARAMS] && (double)in.state_bytes[1] == pl.mem[PAR_MEM_GRADS] &&
+            (double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM],
+        "tp %d x dp %d zero %d: model states %zu + %zu + %zu bytes, planner %.0f + %.0f + %.0f", tp, dp, zero,
+        in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], pl.mem[PAR_MEM_PARAMS], pl.mem[PAR_MEM_GRADS],
+        pl.mem[PAR_MEM_OPTIM]);
+  size_t cur = 0, peak = 0;
+  par_engine_memory(e, &cur, &peak);
+  double act = (double)peak - (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]) - (double)in.buffer_peak;
+  CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "tp %d x dp %d zero %d: activations %.0f bytes, planner %.0f",
+        tp, dp, zero, act, pl.mem[PAR_MEM_ACTIV]);
+  if (rank == 0)
+    printf("tp %d x dp %d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner "
+           "%+.1f%%)\n",
+           tp, dp, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act,
+           100 * (pl.mem[PAR_MEM_ACTIV] / act - 1));
+}
+
 static void equiv(int tp, int zero, const char *opt) {
   const int B = 2, dp = ranks / tp;
   size_t np = par_gpt_param_count(&mc);
@@ -108,6 +142,7 @@ static void equiv(int tp, int zero, const char *opt) {
     }
     max_dl = fmax(max_dl, fabs(a.loss - b.loss) / a.loss);
     max_dg = fmax(max_dg, fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
+    if (step == 3 && !strcmp(opt, "adamw")) memory(e, tp, dp, zero, B);
   }
   par_engine_get_params(s, ps);
   par_engine_get_params(e, pe);

@@ -93,6 +93,8 @@ typedef struct {
                                whole (4: layernorm inputs, linear inputs) */
   double act_score_elems;   /* elements kept per attention score (2: softmax output
                                and dropout output) */
+  double bwd_scratch_token_elems_replicated; /* of those, buffers 1d tensor parallelism keeps
+                               whole (2: the residual stream's and a layernorm's gradient) */
   double bwd_scratch_token_elems; /* activation-gradient buffers live during one block's
                                backward, per token x hidden (14: residual, layernorm,
                                qkv 3, attention output, fc 4, GeLU 4) */
@@ -124,6 +126,7 @@ typedef struct {
    .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_token_replicated = 11.0,          \
    .ew_passes_score = 6.5, .act_token_elems = 16.0, .act_token_elems_replicated = 4.0,            \
    .act_score_elems = 2.0, .bwd_scratch_token_elems = 14.0, .mask_bytes = 1.0,                    \
+   .bwd_scratch_token_elems_replicated = 2.0,                                                     \
    .act_elem_bytes = 0.0,                                                                         \
    .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5,            \
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \

@@ -159,13 +159,15 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   double pshard = l->zero_stage >= 3 ? nd : 1.0;
   double gshard = l->zero_stage >= 2 ? nd : 1.0;
   double oshard = l->zero_stage >= 1 ? nd : 1.0;
-  /* Without tensor and pipeline splits, the elements the engine holds: it
-   * shards each region of the model (the embeddings, each block, the final
-   * layernorm) in nd equal shards of a multiple of shard_align elements,
-   * padding the region's end (libparallel/src/dist/state.c). */
+  /* Without pipeline splits, the elements the engine holds: it shards each
+   * region of the model (the embeddings, each block, the final layernorm;
+   * under Megatron's 1d, this rank's tensor slice of each) in nd equal
+   * shards of a multiple of shard_align elements, padding the region's end
+   * (libparallel/src/dist/state.c). */
   double held = params;
-  if (l->tp == 1 && l->pp == 1) {
-    double r0 = v * h + s * h, blk = 12.0 * h * h + 13.0 * h, rl = 2.0 * h, al = p->shard_align;
+  if (l->pp == 1 && (l->tp == 1 || oned)) { /* the engine's regions, each rank's tensor slice of them */
+    double r0 = v * h / l->tp + s * h, blk = (12.0 * h * h + 7.0 * h) / l->tp + 6.0 * h, rl = 2.0 * h;
+    double al = p->shard_align;
     held = plan_sharded(r0, nd, al) + m->layers * plan_sharded(blk, nd, al) + plan_sharded(rl, nd, al);
   }
   double pbytes = held * wb / pshard, gbytes = held * wb / gshard, obytes = held * k / oshard;
@@ -213,7 +215,9 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   }
   double act = inflight * ls * kept + (m->recompute ? full : 0.0);
   /* Gradients of one block's activations while it runs backward. */
-  act += tok * h * e * p->bwd_scratch_token_elems / tpd;
+  /* (Megatron's 1d keeps the residual and layernorm gradients whole.) */
+  double sr = oned ? fmin(p->bwd_scratch_token_elems_replicated, p->bwd_scratch_token_elems) : 0.0;
+  act += tok * h * e * (sr + (p->bwd_scratch_token_elems - sr) / tpd);
   if (first) act += inflight * tok * h * (e + mk); /* embedding output + dropout mask */
   /* Logits in compute precision plus the fp32 copy of the vocab-parallel
    * cross-entropy, for the microbatch whose loss is computed. */

@@ -32,7 +32,7 @@ static const field_t param_fields[] = {
     PF(gemm_efficiency), PF(link_efficiency), PF(hbm_efficiency), PF(host_efficiency),
     PF(ew_passes_token), PF(ew_passes_token_replicated), PF(ew_passes_score),
     PF(act_token_elems), PF(act_token_elems_replicated), PF(act_score_elems),
-    PF(bwd_scratch_token_elems), PF(mask_bytes), PF(act_elem_bytes),
+    PF(bwd_scratch_token_elems), PF(bwd_scratch_token_elems_replicated), PF(mask_bytes), PF(act_elem_bytes),
     PF(bwd_factor), PF(dp_overlap), PF(zero3_overlap), PF(offload_overlap), PF(cpu_adam_bytes),
     PF(cpu_adam_flops), PF(gpu_optim_bytes), PF(dp_bucket_bytes), PF(zero3_prefetch_layers), PF(shard_align),
     PF(device_reserved_bytes), PF(cpu_reserved_bytes), PF(token_budget),
