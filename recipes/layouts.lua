@@ -1,0 +1,64 @@
+-- The same model trained under every tensor x data-parallel layout of the
+-- ranks (Megatron's tensor parallelism inside groups of consecutive ranks,
+-- data parallelism and ZeRO across them): memory per rank and tokens/s of
+-- each run beside the planner's prediction for the same model, layout and
+-- machine, in a table (RUN_DIR/layouts.dat).
+-- Run: strata run -n 4 recipes/layouts.lua          (tp 1, 2, 4 with ZeRO 0 and 1)
+--      strata run -n 2 recipes/layouts.lua steps=10 out=runs/layouts2
+local strata = require "strata"
+
+local steps = strata.option("steps", 30)
+local out = strata.option("out", "runs/layouts")
+local rank, size = strata.world()
+local model = {layers = 4, hidden = 128, heads = 4, seq = 64}
+local batch = 4
+
+local rows = {}
+for tp = 1, size do
+  if size % tp == 0 and model.heads % tp == 0 then
+    for _, zero in ipairs{0, 1} do
+      local dp = size // tp
+      local name = string.format("tp%d_dp%d_zero%d", tp, dp, zero)
+      local run = strata.experiment{
+        name = name,
+        run_dir = out .. "/" .. name,
+        model = model,
+        parallel = {tp = tp, zero = zero},
+        optim = {warmup = steps // 8},
+        train = {steps = steps, batch = batch, eval_every = 0, eval_batches = 2, log_every = steps},
+        checkpoint = {final = false},
+        metrics = {plot = false},
+      }
+      if strata.mode ~= "plan" then -- `strata plan` predicts each experiment instead
+        local plan = strata.plan{
+          model = {layers = model.layers, hidden = model.hidden, heads = model.heads, seq = model.seq, vocab = 256},
+          parallel = {tp = tp, dp = dp, zero = zero, microbatch = batch, global_batch = batch * dp,
+                      precision = "fp32"},
+          cluster = {base = "this-machine", gpus_per_node = size},
+          params = "engine", -- the planner's parameters of strata's own GPT and engine
+          print = false,
+        }
+        local peak = strata.floats(1) -- the largest rank's peak
+        peak[1] = run.mem_peak
+        strata.allreduce(peak, "max")
+        rows[#rows + 1] = {tp = tp, dp = dp, zero = zero, mem = peak[1] / 2 ^ 20, plan_mem = plan.mem.total / 2 ^ 20,
+                           tps = run.tokens_per_s, plan_tps = plan.tokens_per_s}
+      end
+    end
+  end
+end
+
+if rank == 0 and #rows > 0 then
+  print(string.format("\nLayouts of %d rank%s: GPT layers=%d hidden=%d heads=%d seq=%d, %d sequences per data-parallel rank",
+                      size, size > 1 and "s" or "", model.layers, model.hidden, model.heads, model.seq, batch))
+  print("  tp   dp  zero   MiB/rank  planner   ratio   tokens/s   planner")
+  local dat = assert(io.open(out .. "/layouts.dat", "w"))
+  for _, r in ipairs(rows) do
+    print(string.format("%4d %4d %5d %10.2f %8.2f %7.3f %10.0f %9.0f", r.tp, r.dp, r.zero, r.mem, r.plan_mem,
+                        r.mem / r.plan_mem, r.tps, r.plan_tps))
+    dat:write(string.format("%d %d %d %.4f %.4f %.1f %.1f\n", r.tp, r.dp, r.zero, r.mem, r.plan_mem, r.tps,
+                            r.plan_tps))
+  end
+  dat:close()
+  print("table in " .. out .. "/layouts.dat")
+end
