@@ -11,6 +11,7 @@
  *   strata/par_plan.h   the cost model / planner and layout validation
  *   strata/par_io.h     data loading, HDF5 metrics and checkpoints
  *   strata/par_train.h  the training engine and loop (libcomm, liboptim)
+ *   strata/par_pipe.h   pipeline schedules as data (GPipe, 1F1B, interleaved)
  * Prefix: par_. Status codes: strata/status.h; par_strerror() explains them. */
 #ifndef STRATA_PARALLEL_H
 #define STRATA_PARALLEL_H
@@ -71,5 +72,6 @@ STRATA_API void par_set_fatal_handler(par_fatal_fn fn, void *arg);
 #include <strata/par_plan.h>
 #include <strata/par_io.h>
 #include <strata/par_train.h>
+#include <strata/par_pipe.h>
 
 #endif
