@@ -217,6 +217,7 @@ static int l_train(lua_State *L) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = (int)cfg_int(L, "parallel", "dp");
   lay.tp = (int)cfg_int(L, "parallel", "tp");
+  lay.seq_parallel = cfg_bool(L, "parallel", "seq_parallel");
   lay.microbatch = (int)cfg_int(L, "train", "batch");
   lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
   lay.zero_stage = (int)cfg_int(L, "parallel", "zero");

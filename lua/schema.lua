@@ -46,6 +46,8 @@ local sections = {
             doc = "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the parameters too"},
     bucket_mb = {t = NUM, gt = 0, max = 1 << 20, default = 25,
                  doc = "MiB per gradient reduction posted during backward (ZeRO 0-2)"},
+    seq_parallel = {t = BOOL, default = false,
+                    doc = "with tp > 1: Megatron's sequence parallelism (layernorms on a chunk of the tokens; activations / tp)"},
     precision = {t = ENUM, values = {"fp32", "bf16", "fp16"}, default = "fp32",
                  doc = "parameters, gradients and communication; bf16/fp16 keep fp32 masters and compute in fp32"},
   },
@@ -320,6 +322,13 @@ local function check_relations(c, loc)
   if m.vocab ~= "auto" and m.vocab % c.parallel.tp ~= 0 then
     raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
           string.format("does not divide model.vocab = %d (the vocabulary is split over the tensor ranks; pad it)", m.vocab))
+  end
+  if c.parallel.seq_parallel and c.parallel.tp < 2 then
+    raise(loc("parallel.seq_parallel"), "parallel.seq_parallel", true, "needs parallel.tp > 1 (it splits tensor parallelism's whole regions)")
+  end
+  if c.parallel.seq_parallel and (t.batch * (t.seq or m.seq)) % c.parallel.tp ~= 0 then
+    raise(loc("parallel.seq_parallel"), "parallel.seq_parallel", true,
+          string.format("train.batch x tokens per sample = %d do not divide over parallel.tp = %d", t.batch * (t.seq or m.seq), c.parallel.tp))
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then
     raise(loc("parallel.zero"), "parallel.zero", c.parallel.zero,

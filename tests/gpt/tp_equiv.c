@@ -11,7 +11,9 @@
  *    gradient, 2 B T h; the cross-entropy's target logits (B T) allreduced
  *    and log-sum-exps (B T per rank) gathered, never the logits; each sent
  *    2 (t - 1) / t (allreduce) or (t - 1) / t (all-gather) times by the ring;
- *  - 5 steps of plain SGD on the slices follow the serial run.
+ *  - 5 steps of plain SGD on the slices follow the serial run;
+ *  - all of it again with Megatron's sequence parallelism, whose volumes
+ *    are all-gathers and reduce-scatters of the same bytes.
  * Tolerance: the row-parallel layers sum t partial products where the
  * serial GEMM sums one, and the f operator sums the inputs' gradients: fp32
  * reordering, 6e-8 relative per operation over sums of up to 4h terms. The
@@ -52,11 +54,11 @@ static void slice(const par_gpt_view_t *tv, const float *serial, float *out, int
     }
 }
 
-static void run(const par_gpt_config_t *c, comm_t *tp) {
+static void run(const par_gpt_config_t *c, comm_t *tp, int seqp) {
   const int B = 2, T = c->seq;
   par_gpt_options_t so = PAR_GPT_OPTIONS_DEFAULTS, to = PAR_GPT_OPTIONS_DEFAULTS;
   so.threads = to.threads = 1;
-  to.tp = tp;
+  to.tp = tp, to.seq_parallel = seqp;
   par_gpt_t *s = NULL, *m = NULL;
   if (par_gpt_create_ex(&s, c, &so, 11) || par_gpt_create_ex(&m, c, &to, 11)) {
     fprintf(stderr, "tp_equiv: %s\n", par_gpt_create_error());
@@ -98,18 +100,25 @@ static void run(const par_gpt_config_t *c, comm_t *tp) {
     if (big > 0 && d / big > worst) worst = d / big, wname = tv->name;
   }
   CHECK(worst <= 1e-5, "gradients: %s %.3g of its largest element apart", wname, worst);
-  comm_counter_t n, g;
+  comm_counter_t n, g, rs;
   comm_counters(tp, COMM_K_ALLREDUCE, &n);
   comm_counters(tp, COMM_K_ALLGATHER, &g);
+  comm_counters(tp, COMM_K_REDUCE_SCATTER, &rs);
   /* (4 L + 2) B T h floats allreduced (the blocks; the embedding's sum and
    * the head's input gradient) and B T target logits; B T log-sum-exps
-   * gathered: never the logits */
-  double R = (double)B * T, f = (double)(ranks - 1) / ranks;
-  double want = ranks == 1 ? 0 : ((4.0 * c->layers + 2) * R * c->hidden + R) * 4 * 2 * f;
-  double want_g = ranks == 1 ? 0 : R * 4 * ranks * f;
-  CHECK(fabs((double)n.bytes_sent - want) <= 8.0 * c->layers + 8 && fabs((double)g.bytes_sent - want_g) <= 1,
-        "sent allreduce %llu bytes (Megatron's (4 L + 2) B T h + B T floats: %.0f), all-gather %llu (B T floats: %.0f)",
-        (unsigned long long)n.bytes_sent, want, (unsigned long long)g.bytes_sent, want_g);
+   * gathered: never the logits. Sequence parallel: each of those B T h
+   * allreduces an all-gather and a reduce-scatter of the same bytes, plus
+   * the layernorm outputs gathered again in backward (2 L), and the
+   * layernorms' token-partial gradients ((4 L + 2) h) allreduced. */
+  double R = (double)B * T, f = (double)(ranks - 1) / ranks, RC = R * c->hidden, L = c->layers;
+  double want = ranks == 1 ? 0 : seqp ? (R + (4 * L + 2) * c->hidden) * 4 * 2 * f : ((4 * L + 2) * RC + R) * 4 * 2 * f;
+  double want_g = ranks == 1 ? 0 : (R * ranks + (seqp ? (6 * L + 2) * RC : 0)) * 4 * f;
+  double want_rs = ranks == 1 || !seqp ? 0 : (4 * L + 2) * RC * 4 * f;
+  CHECK(fabs((double)n.bytes_sent - want) <= 8.0 * c->layers + 8 && fabs((double)g.bytes_sent - want_g) <= 8 * L + 8 &&
+            fabs((double)rs.bytes_sent - want_rs) <= 8 * L + 8,
+        "seq-parallel %d: sent allreduce %llu bytes (want %.0f), all-gather %llu (%.0f), reduce-scatter %llu (%.0f)", seqp,
+        (unsigned long long)n.bytes_sent, want, (unsigned long long)g.bytes_sent, want_g,
+        (unsigned long long)rs.bytes_sent, want_rs);
   /* 4. SGD on the slices */
   float lr = 0.05f, l5s = 0, l5m = 0;
   size_t ns, nm;
@@ -124,9 +133,9 @@ static void run(const par_gpt_config_t *c, comm_t *tp) {
   }
   CHECK(fabs(l5s - l5m) <= 1e-5 * fabs(l5s), "after 5 SGD steps: loss %.9g, serial %.9g", l5m, l5s);
   if (rank == 0)
-    printf("tp=%d L%d h%d heads %d: slices equal; loss %.7f (serial %.7f), gradients within %.2g of their "
+    printf("tp=%d%s L%d h%d heads %d: slices equal; loss %.7f (serial %.7f), gradients within %.2g of their "
            "largest element; allreduce %llu bytes, all-gather %llu (Megatron's volumes); after 5 SGD steps %.7f (serial %.7f)\n",
-           ranks, c->layers, c->hidden, c->heads, lm, ls, worst, (unsigned long long)n.bytes_sent,
+           ranks, seqp ? " seq-parallel" : "", c->layers, c->hidden, c->heads, lm, ls, worst, (unsigned long long)n.bytes_sent,
            (unsigned long long)g.bytes_sent, l5m, l5s);
 done:
   par_gpt_destroy(s), par_gpt_destroy(m);
@@ -141,8 +150,10 @@ int main(int argc, char **argv) {
   if (comm_from_mpi(&tp, MPI_COMM_WORLD, NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
   par_gpt_config_t a = {.layers = 2, .hidden = 32, .heads = 4, .seq = 16, .vocab = 96};
   par_gpt_config_t b = {.layers = 1, .hidden = 48, .heads = 8, .seq = 8, .vocab = 48, .recompute = 1};
-  run(&a, tp);
-  run(&b, tp);
+  for (int sp = 0; sp <= 1; sp++) {
+    run(&a, tp, sp);
+    run(&b, tp, sp);
+  }
   /* heads that do not divide */
   par_gpt_config_t bad = {.layers = 1, .hidden = 24, .heads = 3, .seq = 8, .vocab = 48};
   par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;

@@ -7,6 +7,7 @@
  *    parameters (each rank's slice of the serial model).
  *  - Memory per rank equals the planner's: model states exactly,
  *    activations within 10%.
+ *  - The same with Megatron's sequence parallelism (activations / tp).
  *  - Checkpoints hold every tensor whole: saved under tp 2 x dp 2 (ZeRO-1),
  *    loaded serially, under tp 1 x dp 4 (ZeRO-3) and under tp 4, each
  *    rank's parameters are exactly its slice of the saved model, and the
@@ -40,9 +41,12 @@ static int rank, ranks, fails;
 
 static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 4, .seq = 18, .vocab = 256};
 
+static int seqpar; /* Megatron's sequence parallelism in the runs of equiv() */
+
 static par_engine_t *engine(MPI_Comm comm, int tp, int dp, int zero, int B, const char *opt) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.tp = tp, lay.dp = dp, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * dp;
+  lay.seq_parallel = seqpar && tp > 1;
   par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
   oc.name = opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
@@ -101,6 +105,7 @@ static void memory(par_engine_t *e, int tp, int dp, int zero, int B) {
   cl.nodes = 1, cl.gpus_per_node = ranks;
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.tp = tp, lay.dp = dp, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * dp;
+  lay.seq_parallel = seqpar;
   par_plan_params_t pp;
   par_plan_params_engine(&pp);
   par_plan_t pl;
@@ -116,9 +121,9 @@ static void memory(par_engine_t *e, int tp, int dp, int zero, int B) {
   CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "tp %d x dp %d zero %d: activations %.0f bytes, planner %.0f",
         tp, dp, zero, act, pl.mem[PAR_MEM_ACTIV]);
   if (rank == 0)
-    printf("tp %d x dp %d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner "
+    printf("tp %d%s x dp %d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner "
            "%+.1f%%)\n",
-           tp, dp, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act,
+           tp, seqpar ? " seq-parallel" : "", dp, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act,
            100 * (pl.mem[PAR_MEM_ACTIV] / act - 1));
 }
 
@@ -161,9 +166,9 @@ static void equiv(int tp, int zero, const char *opt) {
         "tp %d x dp %d zero %d %s: losses %.3g relative, norms %.3g, parameters %.3g of the move apart", tp, dp, zero,
         opt, max_dl, max_dg, rel);
   if (rank == 0)
-    printf("tp %d x dp %d zero %d %-5s: losses within %.2g relative of one rank's, norms %.2g, parameters %.2g of "
+    printf("tp %d%s x dp %d zero %d %-5s: losses within %.2g relative of one rank's, norms %.2g, parameters %.2g of "
            "the training's move\n",
-           tp, dp, zero, opt, max_dl, max_dg, rel);
+           tp, seqpar ? " seq-parallel" : "", dp, zero, opt, max_dl, max_dg, rel);
   par_engine_destroy(e), par_engine_destroy(s);
   par_data_destroy(ds), par_data_destroy(dd);
   free(ps), free(p0), free(pe), free(want), free(w0);
@@ -235,6 +240,12 @@ int main(int argc, char **argv) {
       equiv(4, 0, opts[o]);
     }
   }
+  seqpar = 1; /* Megatron's sequence parallelism: the same results */
+  for (int o = 0; o < 2; o++) {
+    equiv(2, 0, opts[o]);
+    if (ranks == 4) equiv(2, 1, opts[o]), equiv(4, 3, opts[o]);
+  }
+  seqpar = 0;
   reshard(dir);
   if (rank == 0) rmdir(dir);
   int all = 0;

@@ -106,8 +106,16 @@ typedef struct {
    * The heads must divide by the group's size. Collective over the group:
    * every rank calls forward and backward together. */
   struct comm *tp;
+  /* With tp: Megatron's sequence parallelism (Korthikanti et al., arXiv
+   * 2205.05198, sec. 4.2.2): each tensor rank holds the residual stream of
+   * its chunk of the B T tokens and runs the layernorms and residual adds
+   * on it; the allreduces become all-gathers before the column-parallel
+   * layers and reduce-scatters after the row-parallel ones (the same
+   * bytes), and the activations kept per rank fall by the group's size.
+   * B T must divide by it. */
+  int seq_parallel;
 } par_gpt_options_t;
-#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL}
+#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */

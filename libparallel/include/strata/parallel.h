@@ -45,6 +45,8 @@ typedef struct {
   par_tier_t offload_optimizer; /* where fp32 master + optimizer states live */
   par_tier_t offload_gradients;
   par_tier_t offload_params;
+  int seq_parallel;        /* with tp (1d): Megatron's sequence parallelism (Korthikanti et
+                              et al. 2022; not the ring-attention degree sp) */
 } par_layout_t;
 #define PAR_LAYOUT_DEFAULTS                                                                        \
   {.dp = 1, .tp = 1, .pp = 1, .sp = 1, .tp_mode = PAR_TP_1D, .tp_depth = 1, .zero_stage = 0,       \

@@ -139,8 +139,9 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   snprintf(e->model_desc, sizeof e->model_desc, "layers=%d hidden=%d heads=%d seq=%d vocab=%d",
            mc->layers, mc->hidden, mc->heads, mc->seq, mc->vocab);
   static const char *const precs[] = {"fp32", "bf16", "fp16"};
-  snprintf(e->layout_desc, sizeof e->layout_desc, "dp=%d tp=%d pp=1 sp=1 zero=%d precision=%s ranks=%d threads=%d",
-           lay->dp, e->tp_size, e->zero, precs[lay->precision], e->wsize, e->opts.threads);
+  snprintf(e->layout_desc, sizeof e->layout_desc,
+           "dp=%d tp=%d%s pp=1 sp=1 zero=%d precision=%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           lay->seq_parallel ? " seq_parallel" : "", e->zero, precs[lay->precision], e->wsize, e->opts.threads);
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
                        e->opts.seq, mc->seq);
@@ -158,6 +159,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   go.threads = e->opts.threads;
   go.external = 1; /* the engine holds parameters and gradients, sharded */
   go.tp = e->tpc;   /* Megatron's tensor parallelism inside the model */
+  go.seq_parallel = lay->seq_parallel;
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);

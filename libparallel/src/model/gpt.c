@@ -153,6 +153,10 @@ int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n) {
   (void)recv, (void)send, (void)n;
   return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
+int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n) {
+  (void)recv, (void)send, (void)n;
+  return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
+}
 #endif
 
 int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {
@@ -244,7 +248,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   m->cfg = *cfg;
   par_gpt_options_t od = PAR_GPT_OPTIONS_DEFAULTS;
   m->opts = opts ? *opts : od;
-  m->tp = m->opts.tp, m->tp_rank = 0, m->tp_size = 1;
+  m->tp = m->opts.tp, m->tp_rank = 0, m->tp_size = 1, m->sp = 0;
   if (m->tp) {
     if ((rc = gpt_tp_query(m->tp, &m->tp_rank, &m->tp_size))) {
       gpt_seterr(NULL, rc, "par_gpt_create: tensor parallelism needs libcomm, which this build of the model lacks");
@@ -255,6 +259,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
                       cfg->heads, m->tp_size);
       goto fail;
     }
+    m->sp = m->opts.seq_parallel && m->tp_size > 1;
     if (cfg->vocab % m->tp_size) {
       rc = gpt_seterr(NULL, STRATA_EINVAL,
                       "par_gpt_create: a vocabulary of %d does not divide over a tensor-parallel group of %d "
@@ -376,8 +381,15 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int64_t C3 = 3 * C / t, Ca = C / t, C4 = 4 * C / t;
   int64_t per_set = R * (3 * C + C3 + Ca + 2 * C4) + 4 * R + R * NH;
   int64_t Vl = V / t; /* this rank's vocabulary slice (logits) */
-  int64_t acts_n = (L + 1) * R * C + nsets * per_set + 2 * R * C + 4 * R + R * Vl;
-  int64_t grads_n = R * (2 * C + C3 + Ca + 2 * C4) + R * Vl;
+  /* sequence parallel: the residual stream, layernorms and adds on this rank's R / t tokens */
+  int sp = m->sp;
+  if (sp && R % t)
+    return gpt_seterr(m, STRATA_EINVAL, "par_gpt: B*T = %lld tokens do not divide over a sequence-parallel group of %d",
+                      (long long)R, t);
+  int64_t Rl = sp ? R / t : R;
+  if (sp) per_set = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + 4 * Rl + R * NH;
+  int64_t acts_n = (L + 1) * Rl * C + nsets * per_set + R * C + Rl * C + 2 * Rl + 2 * R + R * Vl;
+  int64_t grads_n = Rl * 2 * C + R * (C3 + Ca + 2 * C4) + R * Vl + (sp ? 2 * R * C + 4 * C : 0);
   if (R > m->cap_bt) {
     free_acts(m);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
@@ -403,24 +415,33 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int dev = m->device;
 #define T3(t, c) (t) = tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += R * (c)
 #define T2(t) (t) = tensor_view2(p, TENSOR_F32, dev, B, T), p += R
-  for (int l = 0; l <= L; l++) T3(m->x[l], C);
+  /* this rank's tokens: all of them, or its chunk of R / t under sequence parallelism */
+#define L3(t, c) (t) = sp ? tensor_view3(p, TENSOR_F32, dev, 1, Rl, (c)) : tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += Rl * (c)
+#define L2(t) (t) = sp ? tensor_view2(p, TENSOR_F32, dev, 1, Rl) : tensor_view2(p, TENSOR_F32, dev, B, T), p += Rl
+  for (int l = 0; l <= L; l++) L3(m->x[l], C);
   for (int s = 0; s < nsets; s++) {
     gpt_acts_t *a = &m->acts[s];
-    T3(a->ln1, C), T2(a->ln1_mean), T2(a->ln1_rstd), T3(a->qkv, C3), T3(a->atty, Ca);
+    L3(a->ln1, C), L2(a->ln1_mean), L2(a->ln1_rstd), T3(a->qkv, C3), T3(a->atty, Ca);
     a->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH;
-    T3(a->res2, C), T3(a->ln2, C), T2(a->ln2_mean), T2(a->ln2_rstd), T3(a->fch, C4), T3(a->fch_gelu, C4);
+    L3(a->res2, C), L3(a->ln2, C), L2(a->ln2_mean), L2(a->ln2_rstd), T3(a->fch, C4), T3(a->fch_gelu, C4);
   }
-  T3(m->lnf_out, C), T2(m->lnf_mean), T2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
-  T3(m->tmp, C);
+  T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
+  L3(m->tmp, C);
   p = m->g_store.data;
-  T3(m->dres, C), T3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4),
-      T3(m->dlogits, Vl);
+  L3(m->dres, C), L3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4);
+  if (sp) {
+    T3(m->gath, C), T3(m->dfull, C);
+    m->spg = tensor_view1(p, TENSOR_F32, dev, 4 * C), p += 4 * C;
+  }
+  T3(m->dlogits, Vl);
   /* dlogits is last: the view arithmetic above must not outgrow the stores. */
   int32_t *ids = m->ids_store.data;
   m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);
   m->targets = tensor_view2(ids + m->cap_bt, TENSOR_I32, dev, B, T);
 #undef T3
 #undef T2
+#undef L3
+#undef L2
   m->B = B;
   m->T = T;
 fail:

@@ -45,6 +45,7 @@ struct par_gpt {
   par_gpt_options_t opts;
   struct comm *tp;      /* tensor-parallel group (opts.tp), or NULL */
   int tp_rank, tp_size; /* 0 and 1 without one */
+  int sp;               /* sequence parallelism (opts.seq_parallel with tp_size > 1) */
   tensor_ctx_t *tc;
   int device;
   tensor_t params, grads; /* flat f32 */
@@ -65,7 +66,9 @@ struct par_gpt {
   tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
   tensor_t ids_store;       /* 2 * cap_bt i32 on the device: tokens, then targets */
   tensor_t tokens, targets; /* (B,T) views into ids_store */
-  tensor_t tmp;             /* (B,T,h) */
+  tensor_t tmp;             /* (B,T,h); sequence parallel: this rank's (1,R/t,h) */
+  tensor_t gath, dfull;     /* sequence parallel: (B,T,h) gathered layernorm outputs and gradients */
+  tensor_t spg;             /* sequence parallel: 4 h token-partial layernorm gradients of a block */
   /* gradient scratch, reused by every block */
   tensor_t g_store;
   tensor_t dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
@@ -81,6 +84,8 @@ int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t);
 int gpt_tp_query(struct comm *tp, int *rank, int *size);
 /* recv (t n floats, host) = every rank's n floats of send, in rank order. */
 int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n);
+/* recv (n floats) = the sum over the group of send's n-float block of this rank. */
+int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n);
 
 /* Sizes the activation buffers for (B, T). */
 int gpt_prepare(par_gpt_t *m, int B, int T);

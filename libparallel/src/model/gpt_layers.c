@@ -18,6 +18,51 @@
     }                                                                                              \
   } while (0)
 
+/* ---- sequence parallelism (Korthikanti et al., arXiv 2205.05198, sec. 4.2.2) ----
+ * Each tensor rank holds the residual stream of its chunk of the B T tokens
+ * (rows [r R/t, (r+1) R/t) of the flattened batch): the layernorms and the
+ * residual adds run on the chunk. Before a column-parallel layer the chunk's
+ * layernorm output is all-gathered, after a row-parallel one the partial
+ * sums are reduce-scattered (Megatron's g and f, with the bytes of the
+ * allreduce they replace). Backward all-gathers the residual's gradient
+ * for the row-parallel layers and reduce-scatters the inputs' gradients;
+ * the layernorm outputs are gathered again for the weight gradients rather
+ * than kept. The layernorms' parameters then get token-partial gradients,
+ * summed over the group. */
+static int sp_gather(par_gpt_t *m, tensor_t *full, const tensor_t *local) {
+  return gpt_tp_allgather(m, full->data, local->data, (size_t)tensor_numel(local));
+}
+static int sp_scatter(par_gpt_t *m, tensor_t *local, const tensor_t *full) {
+  return gpt_tp_reduce_scatter(m, local->data, full->data, (size_t)tensor_numel(local));
+}
+
+/* Adds the n token-partial layernorm gradients in m->spg (after the backward
+ * of one region), summed over the group, to the parameters' gradients. */
+static int sp_ln_grads(par_gpt_t *m, gpt_param2_t **lns, int n) {
+  int rc = STRATA_OK;
+  int64_t C = m->cfg.hidden;
+  tensor_t part = tensor_view1(m->spg.data, TENSOR_F32, m->device, 2 * n * C);
+  if ((rc = gpt_tp_allreduce(m, &part))) goto fail;
+  for (int i = 0; i < n; i++) {
+    tensor_t gw = tensor_view1((float *)m->spg.data + 2 * i * C, TENSOR_F32, m->device, C),
+             gb = tensor_view1((float *)m->spg.data + (2 * i + 1) * C, TENSOR_F32, m->device, C);
+    T_(tensor_add_forward(m->tc, &lns[i]->dw, &lns[i]->dw, &gw));
+    T_(tensor_add_forward(m->tc, &lns[i]->db, &lns[i]->db, &gb));
+  }
+fail:
+  return rc;
+}
+
+/* The i-th (w, b) pair of m->spg, zeroed: where a layernorm's backward puts
+ * its token-partial gradients. */
+static int sp_slot(par_gpt_t *m, int i, tensor_t *dw, tensor_t *db) {
+  int64_t C = m->cfg.hidden;
+  *dw = tensor_view1((float *)m->spg.data + 2 * i * C, TENSOR_F32, m->device, C);
+  *db = tensor_view1((float *)m->spg.data + (2 * i + 1) * C, TENSOR_F32, m->device, C);
+  int rc = tensor_zero(m->tc, dw);
+  return rc ? rc : tensor_zero(m->tc, db);
+}
+
 /* The first vocabulary row of this rank's slice (tensor parallelism). */
 static int64_t vocab_lo(const par_gpt_t *m) { return (int64_t)m->tp_rank * (m->cfg.vocab / m->tp_size); }
 
@@ -30,8 +75,9 @@ int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids) {
     T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &m->wpe));
     return rc;
   }
-  T_(tensor_embedding_slice_forward(m->tc, out, ids, &m->wte, m->tp_rank == 0 ? &m->wpe : NULL, vocab_lo(m)));
-  rc = gpt_tp_allreduce(m, out);
+  tensor_t *sum = m->sp ? &m->dfull : out; /* sequence parallel: reduce-scattered to the chunk */
+  T_(tensor_embedding_slice_forward(m->tc, sum, ids, &m->wte, m->tp_rank == 0 ? &m->wpe : NULL, vocab_lo(m)));
+  rc = m->sp ? sp_scatter(m, out, sum) : gpt_tp_allreduce(m, out);
 fail:
   return rc;
 }
@@ -39,7 +85,11 @@ fail:
 int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids) {
   int rc = STRATA_OK;
   if (m->tp_size < 2) T_(tensor_embedding_backward(m->tc, &m->dwte, &m->dwpe, dout, ids));
-  else T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, dout, ids, vocab_lo(m)));
+  else if (!m->sp) T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, dout, ids, vocab_lo(m)));
+  else { /* the whole gradient on every rank: the positions' is then complete on each */
+    if ((rc = sp_gather(m, &m->dfull, dout))) goto fail;
+    T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, &m->dfull, ids, vocab_lo(m)));
+  }
 fail:
   return rc;
 }
@@ -91,10 +141,72 @@ fail:
 /* y = x + proj(attn(qkv(ln1(x)))), then y += fcproj(gelu(fc(ln2(.)))).
  * Under tensor parallelism qkv and fc are column-parallel (this rank's
  * heads and hidden units), proj and fcproj row-parallel. */
+static int sp_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, tensor_t *y) {
+  int rc = STRATA_OK;
+  gpt_block_t *k = &m->blocks[l];
+  tensor_ctx_t *tc = m->tc;
+  T_(tensor_layernorm_forward(tc, &a->ln1, &a->ln1_mean, &a->ln1_rstd, x, &k->ln1.w, &k->ln1.b, GPT_LN_EPS));
+  if ((rc = sp_gather(m, &m->gath, &a->ln1))) goto fail;
+  T_(tensor_linear_forward(tc, &a->qkv, &m->gath, &k->qkv.w, &k->qkv.b));
+  T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
+  T_(tensor_linear_forward(tc, &m->dfull, &a->atty, &k->proj.w, NULL));
+  if ((rc = sp_scatter(m, &m->tmp, &m->dfull))) goto fail;
+  T_(tensor_bias_add_forward(tc, &m->tmp, &m->tmp, &k->proj.b));
+  T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
+  T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
+                              GPT_LN_EPS));
+  if ((rc = sp_gather(m, &m->gath, &a->ln2))) goto fail;
+  T_(tensor_linear_forward(tc, &a->fch, &m->gath, &k->fc.w, &k->fc.b));
+  T_(tensor_gelu_forward(tc, &a->fch_gelu, &a->fch));
+  T_(tensor_linear_forward(tc, &m->dfull, &a->fch_gelu, &k->fcproj.w, NULL));
+  if ((rc = sp_scatter(m, &m->tmp, &m->dfull))) goto fail;
+  T_(tensor_bias_add_forward(tc, &m->tmp, &m->tmp, &k->fcproj.b));
+  T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
+  m->scratch_layer = l;
+fail:
+  return rc;
+}
+
+/* On entry m->dres = dL/dy of this rank's tokens; on exit dL/dx. */
+static int sp_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
+  int rc = STRATA_OK;
+  gpt_block_t *k = &m->blocks[l];
+  tensor_ctx_t *tc = m->tc;
+  tensor_t w1, b1, w2, b2;
+  T_(sp_slot(m, 0, &w1, &b1));
+  T_(sp_slot(m, 1, &w2, &b2));
+  if ((rc = sp_gather(m, &m->dfull, &m->dres))) goto fail; /* dL/dy, every token */
+  T_(tensor_zero(tc, &m->dfch_gelu));
+  T_(tensor_linear_backward(tc, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dfull, &a->fch_gelu,
+                            &k->fcproj.w));
+  T_(tensor_zero(tc, &m->dfch));
+  T_(tensor_gelu_backward(tc, &m->dfch, &m->dfch_gelu, &a->fch));
+  if ((rc = sp_gather(m, &m->gath, &a->ln2))) goto fail; /* again, for fc's weight gradient */
+  T_(tensor_zero(tc, &m->dfull));
+  T_(tensor_linear_backward(tc, &m->dfull, &k->fc.dw, &k->fc.db, &m->dfch, &m->gath, &k->fc.w));
+  if ((rc = sp_scatter(m, &m->dln, &m->dfull))) goto fail;
+  T_(tensor_layernorm_backward(tc, &m->dres, &w2, &b2, &m->dln, &a->res2, &k->ln2.w, &a->ln2_mean, &a->ln2_rstd));
+  if ((rc = sp_gather(m, &m->dfull, &m->dres))) goto fail; /* dL/d(res2), every token */
+  T_(tensor_zero(tc, &m->datty));
+  T_(tensor_linear_backward(tc, &m->datty, &k->proj.dw, &k->proj.db, &m->dfull, &a->atty, &k->proj.w));
+  T_(tensor_zero(tc, &m->dqkv));
+  T_(tensor_attention_backward(tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads / m->tp_size));
+  if ((rc = sp_gather(m, &m->gath, &a->ln1))) goto fail;
+  T_(tensor_zero(tc, &m->dfull));
+  T_(tensor_linear_backward(tc, &m->dfull, &k->qkv.dw, &k->qkv.db, &m->dqkv, &m->gath, &k->qkv.w));
+  if ((rc = sp_scatter(m, &m->dln, &m->dfull))) goto fail;
+  T_(tensor_layernorm_backward(tc, &m->dres, &w1, &b1, &m->dln, x, &k->ln1.w, &a->ln1_mean, &a->ln1_rstd));
+  gpt_param2_t *lns[2] = {&k->ln1, &k->ln2};
+  rc = sp_ln_grads(m, lns, 2);
+fail:
+  return rc;
+}
+
 int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, tensor_t *y) {
   int rc = STRATA_OK;
   gpt_block_t *k = &m->blocks[l];
   tensor_ctx_t *tc = m->tc;
+  if (m->sp) return sp_block_forward(m, l, a, x, y);
   T_(tensor_layernorm_forward(tc, &a->ln1, &a->ln1_mean, &a->ln1_rstd, x, &k->ln1.w, &k->ln1.b, GPT_LN_EPS));
   T_(tensor_linear_forward(tc, &a->qkv, &a->ln1, &k->qkv.w, &k->qkv.b));
   T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
@@ -117,6 +229,7 @@ int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
   int rc = STRATA_OK;
   gpt_block_t *k = &m->blocks[l];
   tensor_ctx_t *tc = m->tc;
+  if (m->sp) return sp_block_backward(m, l, a, x);
   T_(tensor_zero(tc, &m->dfch_gelu));
   T_(tensor_linear_backward(tc, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dres, &a->fch_gelu,
                             &k->fcproj.w));
@@ -144,8 +257,13 @@ fail:
 int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss) {
   int rc = STRATA_OK;
   tensor_ctx_t *tc = m->tc;
-  T_(tensor_layernorm_forward(tc, &m->lnf_out, &m->lnf_mean, &m->lnf_rstd, x, &m->lnf.w, &m->lnf.b,
-                              GPT_LN_EPS));
+  if (m->sp) { /* on this rank's tokens, then gathered for the vocabulary-parallel head */
+    T_(tensor_layernorm_forward(tc, &m->tmp, &m->lnf_mean, &m->lnf_rstd, x, &m->lnf.w, &m->lnf.b, GPT_LN_EPS));
+    if ((rc = sp_gather(m, &m->lnf_out, &m->tmp))) goto fail;
+  } else {
+    T_(tensor_layernorm_forward(tc, &m->lnf_out, &m->lnf_mean, &m->lnf_rstd, x, &m->lnf.w, &m->lnf.b,
+                                GPT_LN_EPS));
+  }
   T_(tensor_linear_forward(tc, &m->logits, &m->lnf_out, &m->wte, NULL));
   if (!with_loss) goto fail;
   int64_t R = (int64_t)m->B * m->T;
@@ -175,6 +293,18 @@ int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
   float dloss = count ? m->loss_scale / (float)count : 0.f;
   if (m->tp_size > 1) T_(tensor_xent_slice_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, dloss, vocab_lo(m)));
   else T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, dloss));
+  if (m->sp) {
+    tensor_t w, b;
+    gpt_param2_t *lns[1] = {&m->lnf};
+    T_(sp_slot(m, 0, &w, &b));
+    T_(tensor_zero(tc, &m->dfull));
+    T_(tensor_linear_backward(tc, &m->dfull, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
+    if ((rc = sp_scatter(m, &m->dln, &m->dfull))) goto fail;
+    T_(tensor_zero(tc, &m->dres));
+    T_(tensor_layernorm_backward(tc, &m->dres, &w, &b, &m->dln, x, &m->lnf.w, &m->lnf_mean, &m->lnf_rstd));
+    rc = sp_ln_grads(m, lns, 1);
+    goto fail;
+  }
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
   if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail; /* the head is column-parallel over the vocabulary */

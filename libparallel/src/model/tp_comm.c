@@ -19,3 +19,8 @@ int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n) {
   int rc = comm_allgather(m->tp, recv, send, n, COMM_F32);
   return rc ? gpt_seterr(m, rc, "tensor parallelism: %s", comm_last_error(m->tp)) : STRATA_OK;
 }
+
+int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n) {
+  int rc = comm_reduce_scatter(m->tp, recv, send, n, COMM_F32, COMM_SUM);
+  return rc ? gpt_seterr(m, rc, "tensor parallelism: %s", comm_last_error(m->tp)) : STRATA_OK;
+}

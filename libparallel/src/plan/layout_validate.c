@@ -60,6 +60,9 @@ int par_layout_validate(const par_gpt_config_t *m, const par_layout_t *l, int wo
     return reject(why, n, "unknown pipeline schedule %d", (int)l->schedule);
   if ((int)l->precision < PAR_PREC_FP32 || (int)l->precision > PAR_PREC_FP16)
     return reject(why, n, "unknown precision %d", (int)l->precision);
+  if (l->seq_parallel && (l->tp < 2 || l->tp_mode != PAR_TP_1D))
+    return reject(why, n, "sequence parallelism (Megatron's) needs 1d tensor parallelism over tp > 1 ranks (tp %d)",
+                  l->tp);
   const par_tier_t tiers[3] = {l->offload_optimizer, l->offload_gradients, l->offload_params};
   for (int i = 0; i < 3; i++)
     if ((int)tiers[i] < PAR_TIER_DEVICE || (int)tiers[i] > PAR_TIER_NVME)

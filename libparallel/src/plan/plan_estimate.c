@@ -197,11 +197,14 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   double tpd = l->tp;
   double te = p->act_token_elems, tr = p->act_token_elems_replicated;
   double score = a * tok * s * (p->act_score_elems * e + mk) / tpd;
-  double full = oned ? tok * h * ((tr * e + 2.0 * mk) + (te - tr) * e / tpd) + score
-                     : tok * h * (te * e + 2.0 * mk) / tpd + score;
+  /* Megatron's sequence parallelism splits the regions 1d leaves whole along
+   * the sequence: everything divides by tp (Korthikanti et al. eq. 4). */
+  int seqpar = oned && l->seq_parallel && l->tp > 1;
+  double full = oned && !seqpar ? tok * h * ((tr * e + 2.0 * mk) + (te - tr) * e / tpd) + score
+                                : tok * h * (te * e + 2.0 * mk) / tpd + score;
   /* With recompute a block keeps only its input; backward rebuilds one
    * block's activations at a time. */
-  double kept = m->recompute ? tok * h * e / (oned ? 1.0 : tpd) : full;
+  double kept = m->recompute ? tok * h * e / (oned && !seqpar ? 1.0 : tpd) : full;
   double inflight;
   if (l->pp == 1) inflight = 1.0;
   else if (l->schedule == PAR_SCHED_GPIPE) inflight = microbatches;
