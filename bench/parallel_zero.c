@@ -37,6 +37,8 @@
 
 #include <strata/parallel.h>
 
+#include "bench_engine.h"
+
 static int rank, ranks;
 /* A step of about 0.1 s on one core: communication must hide behind it. */
 static par_gpt_config_t mc = {.layers = 4, .hidden = 256, .heads = 4, .seq = 128, .vocab = 256};
@@ -46,62 +48,21 @@ static par_engine_t *engine(MPI_Comm comm, int dp, int zero, par_precision_t pre
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = dp, lay.zero_stage = zero, lay.microbatch = BATCH, lay.global_batch = BATCH * dp;
   lay.precision = prec;
-  par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.steps = 1000, eo.threads = 1, eo.comm = comm;
-  par_engine_t *e = NULL;
-  char err[512];
-  if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) {
-    fprintf(stderr, "bench_parallel_zero: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return e;
+  return bench_engine(&mc, &lay, &eo);
 }
 
-static par_data_t *data(void) {
-  par_data_options_t o = PAR_DATA_DEFAULTS;
-  o.seq = mc.seq, o.markov_tokens = 1 << 20;
-  par_data_t *d = NULL;
-  char err[512];
-  if (par_data_open(&o, &d, err, sizeof err)) {
-    fprintf(stderr, "bench_parallel_zero: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return d;
-}
+static par_data_t *data(void) { return bench_data(mc.seq); }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Tokens/s of `steps` steps (after one warm-up step) over all ranks of comm. */
+/* Tokens/s of `steps` steps over all ranks of comm (dp of them). */
 static double run(par_engine_t *e, par_data_t *d, int steps, int dp) {
-  par_step_t st;
-  if (par_engine_step(e, d, &st)) goto fail;
-  double t0 = now();
-  for (int i = 0; i < steps; i++)
-    if (par_engine_step(e, d, &st)) goto fail;
-  return (double)steps * BATCH * dp * mc.seq / (now() - t0);
-fail:
-  fprintf(stderr, "bench_parallel_zero: %s\n", par_engine_error(e));
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  return 0;
-}
-
-/* The other rank waits without taking a core (MPI's blocking waits spin). */
-static void idle_until_done(void) {
-  MPI_Request rq;
-  MPI_Ibarrier(MPI_COMM_WORLD, &rq);
-  for (int done = 0; !done;) {
-    MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
-    if (!done) nanosleep(&(struct timespec){0, 1000000}, NULL);
-  }
+  return bench_run(e, d, steps, (double)BATCH * dp * mc.seq);
 }
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  bench_name = "bench_parallel_zero";
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (ranks != 2 && ranks != 4) {
@@ -122,7 +83,7 @@ int main(int argc, char **argv) {
       double t = run(one, d1, steps, 1);
       if (t > serial) serial = t;
     }
-    idle_until_done();
+    bench_idle_until_done();
     for (int s = 0; s < nz; s++) {
       double t = run(z[s], dz[s], steps, ranks);
       if (t > best[s]) best[s] = t;

@@ -27,6 +27,8 @@
 
 #include <strata/parallel.h>
 
+#include "harness.h"
+
 #define STEPS 20
 static int rank, ranks, fails;
 #define CHECK(cond, ...)                                                                           \
@@ -51,26 +53,10 @@ static par_engine_t *engine(MPI_Comm comm, int tp, int dp, int zero, int B, cons
   oc.name = opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.steps = STEPS, eo.threads = 1, eo.seed = 5, eo.comm = comm, eo.bucket_mb = 0.004;
-  par_engine_t *e = NULL;
-  char err[512];
-  if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) {
-    fprintf(stderr, "tp_engine: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return e;
+  return make_engine(&mc, &lay, &oc, &eo);
 }
 
-static par_data_t *data(void) {
-  par_data_options_t o = PAR_DATA_DEFAULTS;
-  o.seq = mc.seq, o.markov_tokens = 1 << 15;
-  par_data_t *d = NULL;
-  char err[512];
-  if (par_data_open(&o, &d, err, sizeof err)) {
-    fprintf(stderr, "tp_engine: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return d;
-}
+static par_data_t *data(void) { return markov_data(mc.seq); }
 
 /* The serial model's parameters (flat, whole) as tensor rank r of the
  * model m holds them (m's flat layout). */
@@ -225,6 +211,7 @@ static void reshard(const char *dir) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  harness_name = "tp_engine";
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   char dir[256];

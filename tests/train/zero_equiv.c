@@ -29,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strata/parallel.h>
+
+#include "harness.h"
 #include <string.h>
 
 #define STEPS 20
@@ -57,26 +59,10 @@ static par_engine_t *engine(MPI_Comm comm, int dp, int zero, int micro, int accu
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.steps = STEPS, eo.threads = 1, eo.seed = 5, eo.comm = comm,
   eo.bucket_mb = 0.004; /* several buckets */
-  par_engine_t *e = NULL;
-  char err[512];
-  if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) {
-    fprintf(stderr, "zero_equiv: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return e;
+  return make_engine(&mc, &lay, &oc, &eo);
 }
 
-static par_data_t *data(void) {
-  par_data_options_t o = PAR_DATA_DEFAULTS;
-  o.seq = mc.seq, o.markov_tokens = 1 << 15;
-  par_data_t *d = NULL;
-  char err[512];
-  if (par_data_open(&o, &d, err, sizeof err)) {
-    fprintf(stderr, "zero_equiv: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return d;
-}
+static par_data_t *data(void) { return markov_data(mc.seq); }
 
 static uint64_t sent(comm_t *c, comm_kind_t k) {
   comm_counter_t n;
@@ -257,6 +243,7 @@ static void overlap(int zero) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  harness_name = "zero_equiv";
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   static const char *opts[] = {"adamw", "lamb", "lars"};

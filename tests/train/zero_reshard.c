@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strata/parallel.h>
+
+#include "harness.h"
 #include <string.h>
 
 static int rank, ranks, fails;
@@ -41,23 +43,10 @@ static par_engine_t *engine(MPI_Comm comm, int dp, int zero) {
   oc.lr = 1e-2, oc.warmup = 2, oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.steps = 10, eo.threads = 1, eo.seed = 3, eo.comm = comm, eo.collective_timeout_s = 120;
-  par_engine_t *e = NULL;
-  char err[512];
-  if (par_engine_create(&e, &mc, &lay, &oc, &eo, err, sizeof err)) {
-    fprintf(stderr, "zero_reshard: %s\n", err);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  return e;
+  return make_engine(&mc, &lay, &oc, &eo);
 }
 
-static par_data_t *data(void) {
-  par_data_options_t o = PAR_DATA_DEFAULTS;
-  o.seq = mc.seq, o.markov_tokens = 1 << 15;
-  par_data_t *d = NULL;
-  char err[512];
-  if (par_data_open(&o, &d, err, sizeof err)) MPI_Abort(MPI_COMM_WORLD, 1);
-  return d;
-}
+static par_data_t *data(void) { return markov_data(mc.seq); }
 
 /* Two steps; their losses into loss[0..1]. */
 static void two_steps(par_engine_t *e, par_data_t *d, double loss[2], const char *who) {
@@ -71,6 +60,7 @@ static void two_steps(par_engine_t *e, par_data_t *d, double loss[2], const char
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  harness_name = "zero_reshard";
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (ranks != 4) {

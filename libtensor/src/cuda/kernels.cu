@@ -138,20 +138,25 @@ extern "C" int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwp
 
 /* ---- softmax cross-entropy: one block per row ---- */
 
-/* A target >= V (the CPU path rejects it before computing) raises *flag. */
-__global__ void k_xent_fwd(float *losses, float *lse, int *flag, const float *logits,
-                           const int32_t *targets, int V) {
-  __shared__ float sh[32];
-  int64_t r = blockIdx.x;
-  const float *z = logits + r * V;
+/* The log-sum-exp of row z (V values), on every thread of the block. */
+__device__ float block_row_lse(const float *z, int V, float *sh) {
   float m = -INFINITY;
   for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, z[i]);
   m = block_max(m, sh);
   float sum = 0.f;
   for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(z[i] - m);
   sum = block_sum(sum, sh);
+  return m + logf(sum);
+}
+
+/* A target >= V (the CPU path rejects it before computing) raises *flag. */
+__global__ void k_xent_fwd(float *losses, float *lse, int *flag, const float *logits,
+                           const int32_t *targets, int V) {
+  __shared__ float sh[32];
+  int64_t r = blockIdx.x;
+  const float *z = logits + r * V;
+  float l = block_row_lse(z, V, sh);
   if (threadIdx.x == 0) {
-    float l = m + logf(sum);
     int t = targets[r];
     lse[r] = l;
     losses[r] = t >= 0 && t < V ? l - z[t] : 0.f;
@@ -178,16 +183,11 @@ __global__ void k_xent_slice_fwd(float *lse, float *zt, const float *logits, con
   __shared__ float sh[32];
   int64_t r = blockIdx.x;
   const float *z = logits + r * V;
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) m = fmaxf(m, z[i]);
-  m = block_max(m, sh);
-  float sum = 0.f;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(z[i] - m);
-  sum = block_sum(sum, sh);
+  float l = block_row_lse(z, V, sh);
   if (threadIdx.x == 0) {
     int t = targets[r];
     int64_t local = (int64_t)t - lo;
-    lse[r] = m + logf(sum);
+    lse[r] = l;
     zt[r] = t >= 0 && local >= 0 && local < V ? z[local] : 0.f;
   }
 }
