@@ -53,7 +53,8 @@ static const char *const model_keys[] = {"layers", "hidden", "heads", "seq", "vo
                                          NULL};
 static const char *const layout_keys[] = {
     "dp", "tp", "pp", "sp", "zero", "tp_mode", "tp_depth", "microbatch", "global_batch", "schedule",
-    "interleave", "precision", "offload_optimizer", "offload_gradients", "offload_params", "seq_parallel", NULL};
+    "interleave", "precision", "offload_optimizer", "offload_gradients", "offload_params", "seq_parallel",
+    "partition_activations", "checkpoint_cpu", NULL};
 
 static void reject_unknown(lua_State *L, int t, const char *section, const char *const *keys) {
   lua_pushnil(L);
@@ -102,6 +103,10 @@ static void parse_layout(lua_State *L, int t, par_layout_t *l) {
   opt_int(L, t, "global_batch", &l->global_batch);
   opt_int(L, t, "interleave", &l->interleave);
   if (lua_getfield(L, t, "seq_parallel") != LUA_TNIL) l->seq_parallel = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (lua_getfield(L, t, "partition_activations") != LUA_TNIL) l->partition_activations = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  if (lua_getfield(L, t, "checkpoint_cpu") != LUA_TNIL) l->checkpoint_cpu = lua_toboolean(L, -1);
   lua_pop(L, 1);
   v = l->tp_mode, opt_enum(L, t, "tp_mode", modes, &v), l->tp_mode = (par_tp_mode_t)v;
   v = l->schedule, opt_enum(L, t, "schedule", scheds, &v), l->schedule = (par_schedule_t)v;

@@ -158,6 +158,42 @@ Test(estimate, activations_recompute_and_schedules) {
             g.mem[PAR_MEM_ACTIV], want_gpipe);
 }
 
+/* DeepSpeed's trillion-parameter 3D layout (8-way tensor x 64-way pipeline
+ * x 8-way data on 4096 A100 40 GB, microbatch 1, recompute): the first
+ * stage keeps 64 microbatches x 2 layers of block inputs, 2 s b h bytes
+ * each; partitioned activation checkpoints split them over the 8 tensor
+ * ranks, taking 7/8 of them off the device (Korthikanti Table 2's last
+ * row), and held in host memory they leave the device altogether. With
+ * sequence parallelism the inputs are split already: partitioning adds
+ * nothing. */
+Test(estimate, partitioned_activation_checkpoints) {
+  par_gpt_config_t m = {.layers = 128, .hidden = 25600, .heads = 160, .seq = 2048, .vocab = 51200, .recompute = 1};
+  par_cluster_t c;
+  par_cluster_preset("dgx-a100-40gb", &c, NULL, 0);
+  c.nodes = 512;
+  par_layout_t l = PAR_LAYOUT_DEFAULTS;
+  l.tp = 8, l.pp = 64, l.dp = 8, l.zero_stage = 1, l.microbatch = 1, l.global_batch = 2048, l.precision = PAR_PREC_FP16;
+  par_plan_t whole, part, cpu, sp, sp_part;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &whole), 0, "%s", whole.why);
+  l.partition_activations = 1;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &part), 0, "%s", part.why);
+  double inputs = 64.0 * 2 * 2048 * 25600 * 2; /* 64 in flight x 2 layers x 2 s b h bytes */
+  double got = whole.mem[PAR_MEM_ACTIV] - part.mem[PAR_MEM_ACTIV];
+  cr_expect(fabs(got - inputs * 7 / 8) < 1e-9 * inputs, "partitioned: %g bytes less, want %g", got, inputs * 7 / 8);
+  cr_expect(part.fits && part.mem_total < 32.5e9, "partitioned: %.1f GB per GPU", part.mem_total / 1e9);
+  l.checkpoint_cpu = 1;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &cpu), 0, "%s", cpu.why);
+  got = part.mem[PAR_MEM_ACTIV] - cpu.mem[PAR_MEM_ACTIV];
+  cr_expect(fabs(got - inputs / 8) < 1e-9 * inputs && cpu.cpu_bytes_node >= 8 * inputs / 8,
+            "in host memory: %g bytes less on the device (want %g), %g per node on the host", got, inputs / 8,
+            cpu.cpu_bytes_node);
+  l.checkpoint_cpu = 0, l.partition_activations = 0, l.seq_parallel = 1;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &sp), 0, "%s", sp.why);
+  l.partition_activations = 1;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &sp_part), 0, "%s", sp_part.why);
+  cr_expect_eq(sp.mem[PAR_MEM_ACTIV], sp_part.mem[PAR_MEM_ACTIV]);
+}
+
 Test(estimate, offload_moves_states_to_the_host) {
   /* ZeRO-Offload on one GPU: the device keeps fp16 parameters and
    * gradients, the host fp16 gradients + fp32 parameters and moments (14P);

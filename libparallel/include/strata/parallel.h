@@ -47,6 +47,9 @@ typedef struct {
   par_tier_t offload_params;
   int seq_parallel;        /* with tp (1d): Megatron's sequence parallelism (Korthikanti et
                               et al. 2022; not the ring-attention degree sp) */
+  int partition_activations; /* with recompute: DeepSpeed's partitioned activation checkpoints,
+                              each kept block input split over the tensor group */
+  int checkpoint_cpu;      /* with recompute: the kept block inputs held in host memory */
 } par_layout_t;
 #define PAR_LAYOUT_DEFAULTS                                                                        \
   {.dp = 1, .tp = 1, .pp = 1, .sp = 1, .tp_mode = PAR_TP_1D, .tp_depth = 1, .zero_stage = 0,       \

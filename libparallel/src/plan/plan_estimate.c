@@ -204,7 +204,9 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
                                 : tok * h * (te * e + 2.0 * mk) / tpd + score;
   /* With recompute a block keeps only its input; backward rebuilds one
    * block's activations at a time. */
-  double kept = m->recompute ? tok * h * e / (oned && !seqpar ? 1.0 : tpd) : full;
+  /* (DeepSpeed's partitioned checkpoints split that input over tp too) */
+  int whole_input = oned && !seqpar && !l->partition_activations;
+  double kept = m->recompute ? tok * h * e / (whole_input ? 1.0 : tpd) : full;
   double inflight;
   if (l->pp == 1) inflight = 1.0;
   else if (l->schedule == PAR_SCHED_GPIPE) inflight = microbatches;
@@ -217,6 +219,10 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
     if (!first) inflight = fmax(1.0, inflight - (pp - 1)); /* last stage: one at a time */
   }
   double act = inflight * ls * kept + (m->recompute ? full : 0.0);
+  if (m->recompute && l->checkpoint_cpu) { /* the kept inputs wait in host memory */
+    act -= inflight * ls * kept;
+    out->host += inflight * ls * kept;
+  }
   /* Gradients of one block's activations while it runs backward. */
   /* (Megatron's 1d keeps the residual and layernorm gradients whole.) */
   double sr = oned ? fmin(p->bwd_scratch_token_elems_replicated, p->bwd_scratch_token_elems) : 0.0;
