@@ -167,9 +167,19 @@ static void parse_params(lua_State *L, int t, par_plan_params_t *p) {
     return;
   }
   luaL_checktype(L, t, LUA_TTABLE);
+  if (lua_getfield(L, t, "base") == LUA_TSTRING) { /* {base = "engine", gemm_efficiency = ...} */
+    if (strcmp(lua_tostring(L, -1), "engine") != 0)
+      luaL_error(L, "plan: params.base = '%s': only \"engine\" is a base", lua_tostring(L, -1));
+    par_plan_params_engine(p);
+  }
+  lua_pop(L, 1);
   lua_pushnil(L);
   while (lua_next(L, t)) {
     const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?";
+    if (!strcmp(k, "base")) {
+      lua_pop(L, 1);
+      continue;
+    }
     if (!lua_isnumber(L, -1) || par_plan_params_set(p, k, lua_tonumber(L, -1)) != STRATA_OK)
       luaL_error(L, "plan: params.%s is not a planner parameter or not a number", k);
     lua_pop(L, 1);

@@ -2,7 +2,10 @@
 -- ranks (Megatron's tensor parallelism inside groups of consecutive ranks,
 -- data parallelism and ZeRO across them): memory per rank and tokens/s of
 -- each run beside the planner's prediction for the same model, layout and
--- machine, in a table (RUN_DIR/layouts.dat).
+-- machine, in a table (RUN_DIR/layouts.dat). The planner's GEMM efficiency
+-- is fitted on the first run (plain data parallelism), whose ranks share
+-- the machine's cores as every later run's do; the other layouts' times
+-- are then predictions.
 -- Run: strata run -n 4 recipes/layouts.lua          (tp 1, 2, 4 with ZeRO 0 and 1)
 --      strata run -n 2 recipes/layouts.lua steps=10 out=runs/layouts2
 local strata = require "strata"
@@ -30,34 +33,43 @@ for tp = 1, size do
         metrics = {plot = false},
       }
       if strata.mode ~= "plan" then -- `strata plan` predicts each experiment instead
-        local plan = strata.plan{
-          model = {layers = model.layers, hidden = model.hidden, heads = model.heads, seq = model.seq, vocab = 256},
-          parallel = {tp = tp, dp = dp, zero = zero, microbatch = batch, global_batch = batch * dp,
-                      precision = "fp32"},
-          cluster = {base = "this-machine", gpus_per_node = size},
-          params = "engine", -- the planner's parameters of strata's own GPT and engine
-          print = false,
-        }
         local peak = strata.floats(1) -- the largest rank's peak
         peak[1] = run.mem_peak
         strata.allreduce(peak, "max")
-        rows[#rows + 1] = {tp = tp, dp = dp, zero = zero, mem = peak[1] / 2 ^ 20, plan_mem = plan.mem.total / 2 ^ 20,
-                           tps = run.tokens_per_s, plan_tps = plan.tokens_per_s}
+        rows[#rows + 1] = {tp = tp, dp = dp, zero = zero, mem = peak[1] / 2 ^ 20, tps = run.tokens_per_s}
       end
     end
   end
 end
 
+local function plan(r, params)
+  return strata.plan{
+    model = {layers = model.layers, hidden = model.hidden, heads = model.heads, seq = model.seq, vocab = 256},
+    parallel = {tp = r.tp, dp = r.dp, zero = r.zero, microbatch = batch, global_batch = batch * r.dp,
+                precision = "fp32"},
+    cluster = {base = "this-machine", gpus_per_node = size},
+    params = params, -- strata's own GPT and engine
+    print = false,
+  }
+end
+
 if rank == 0 and #rows > 0 then
+  local params = {base = "engine", gemm_efficiency = 0.5}
+  for _ = 1, 30 do -- fit on the first run
+    local p = plan(rows[1], params)
+    params.gemm_efficiency = math.min(1, params.gemm_efficiency * rows[1].tps / p.tokens_per_s)
+  end
   print(string.format("\nLayouts of %d rank%s: GPT layers=%d hidden=%d heads=%d seq=%d, %d sequences per data-parallel rank",
                       size, size > 1 and "s" or "", model.layers, model.hidden, model.heads, model.seq, batch))
-  print("  tp   dp  zero   MiB/rank  planner   ratio   tokens/s   planner")
+  print(string.format("planner: strata's engine, gemm_efficiency %.3f fitted on the first run", params.gemm_efficiency))
+  print("  tp   dp  zero   MiB/rank  planner   ratio   tokens/s   planner   ratio")
   local dat = assert(io.open(out .. "/layouts.dat", "w"))
   for _, r in ipairs(rows) do
-    print(string.format("%4d %4d %5d %10.2f %8.2f %7.3f %10.0f %9.0f", r.tp, r.dp, r.zero, r.mem, r.plan_mem,
-                        r.mem / r.plan_mem, r.tps, r.plan_tps))
-    dat:write(string.format("%d %d %d %.4f %.4f %.1f %.1f\n", r.tp, r.dp, r.zero, r.mem, r.plan_mem, r.tps,
-                            r.plan_tps))
+    local p = plan(r, params)
+    local pm, pt = p.mem.total / 2 ^ 20, p.tokens_per_s
+    print(string.format("%4d %4d %5d %10.2f %8.2f %7.3f %10.0f %9.0f %7.3f", r.tp, r.dp, r.zero, r.mem, pm, r.mem / pm,
+                        r.tps, pt, r.tps / pt))
+    dat:write(string.format("%d %d %d %.4f %.4f %.1f %.1f\n", r.tp, r.dp, r.zero, r.mem, pm, r.tps, pt))
   end
   dat:close()
   print("table in " .. out .. "/layouts.dat")
