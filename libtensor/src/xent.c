@@ -49,6 +49,19 @@ static float row_lse(const float *z, int V) {
   return m + logf(s);
 }
 
+/* Per row of the slice [lo, lo + V) of the logits: its log-sum-exp into
+ * ls, and the target's logit into zt when the slice holds it (else 0). */
+static void xent_rows(const tensor_ctx_t *ctx, float *ls, float *zt, const float *z, const int32_t *t, int64_t rows,
+                      int V, int64_t lo) {
+#pragma omp parallel for num_threads(ctx->threads) schedule(static) if (rows * V > 32768)
+  for (int64_t r = 0; r < rows; r++) {
+    const float *zr = z + r * V;
+    int64_t local = (int64_t)t[r] - lo;
+    ls[r] = row_lse(zr, V);
+    zt[r] = t[r] >= 0 && local >= 0 && local < V ? zr[local] : 0.f;
+  }
+}
+
 int tensor_xent_forward(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, const tensor_t *logits,
                         const tensor_t *targets) {
   int rc = STRATA_OK, V;
@@ -67,16 +80,10 @@ int tensor_xent_forward(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, cons
 #endif
     goto fail;
   }
-  const float *z = logits->data;
   const int32_t *t = targets->data;
   float *l = losses->data, *ls = lse->data;
-#pragma omp parallel for num_threads(ctx->threads) schedule(static) if (rows * V > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *zr = z + r * V;
-    float v = row_lse(zr, V);
-    ls[r] = v;
-    l[r] = t[r] >= 0 ? v - zr[t[r]] : 0.f;
-  }
+  xent_rows(ctx, ls, l, logits->data, t, rows, V, 0); /* the target logits, then the losses */
+  for (int64_t r = 0; r < rows; r++) l[r] = t[r] >= 0 ? ls[r] - l[r] : 0.f;
 fail:
   return rc;
 }
@@ -100,16 +107,7 @@ int tensor_xent_slice_forward(tensor_ctx_t *ctx, tensor_t *lse, tensor_t *zt, co
 #endif
     goto fail;
   }
-  const float *z = logits->data;
-  const int32_t *t = targets->data;
-  float *ls = lse->data, *zo = zt->data;
-#pragma omp parallel for num_threads(ctx->threads) schedule(static) if (rows * V > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    const float *zr = z + r * V;
-    int64_t local = (int64_t)t[r] - vocab_lo;
-    ls[r] = row_lse(zr, V);
-    zo[r] = t[r] >= 0 && local >= 0 && local < V ? zr[local] : 0.f;
-  }
+  xent_rows(ctx, lse->data, zt->data, logits->data, targets->data, rows, V, vocab_lo);
 fail:
   return rc;
 }

@@ -9,7 +9,6 @@
  * stderr at exit ("failalloc: N allocations"), to size the sweep; with
  * FAILALLOC_TRACE, a backtrace of each failed one. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <link.h>
 #include <stdint.h>
 #include <errno.h>

@@ -14,6 +14,6 @@ TEST_SUITES += sh:tests/lua/failures.sh
 # failalloc.so fails the chosen allocation by LD_PRELOAD.
 $(BUILD)/lib/test_failalloc.so: tests/lua/failalloc.c
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+	$(CC) -std=gnu11 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $<
 ALL_TARGETS += $(BUILD)/lib/test_failalloc.so
 TEST_SUITES += sh:tests/lua/failalloc.sh

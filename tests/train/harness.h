@@ -1,13 +1,27 @@
-/* What the engine tests under tests/train share: an engine or a Markov
- * data set that ends the job with the reason when it cannot be made (a
- * setup error is no test result). harness_name prefixes those lines. */
+/* What the engine tests under tests/train share: CHECK, which counts a
+ * failed check and prints it with the test's name, rank and line; an
+ * engine or a Markov data set that ends the job with the reason when it
+ * cannot be made (a setup error is no test result); the distance between
+ * two trainings' parameters; the verdict over every rank. */
 #ifndef STRATA_TESTS_TRAIN_HARNESS_H
 #define STRATA_TESTS_TRAIN_HARNESS_H
 
+#include <math.h>
 #include <stdio.h>
 #include <strata/parallel.h>
 
 static const char *harness_name = "test";
+static int rank, ranks, fails;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "%s np=%d rank %d line %d: ", harness_name, ranks, rank, __LINE__);          \
+      fprintf(stderr, __VA_ARGS__);                                                                \
+      fputc('\n', stderr);                                                                         \
+      fails++;                                                                                     \
+    }                                                                                              \
+  } while (0)
 
 static par_engine_t *make_engine(const par_gpt_config_t *mc, const par_layout_t *lay, const par_optim_config_t *oc,
                                  const par_engine_options_t *eo) {
@@ -31,6 +45,27 @@ static par_data_t *markov_data(int seq) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   return d;
+}
+
+/* Adds to sums[0] the squared distance between the parameters want and
+ * got, and to sums[1] how far training moved want from start (n each): the
+ * difference of two runs as a share of the move, sqrt(sums[0] / sums[1]). */
+static inline void move_sums(const float *want, const float *got, const float *start, size_t n, double sums[2]) {
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)want[i] - got[i], mv = (double)want[i] - start[i];
+    sums[0] += d * d, sums[1] += mv * mv;
+  }
+}
+
+/* The failed checks of every rank; rank 0 prints "NAME np=N: ok" or
+ * FAILED (detail, when given, after the name). Ends MPI; the exit status. */
+static int harness_finish(const char *detail) {
+  int all = 0;
+  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("%s np=%d%s%s: %s\n", harness_name, ranks, detail ? ", " : "", detail ? detail : "",
+                        all ? "FAILED" : "ok");
+  MPI_Finalize();
+  return all ? 1 : 0;
 }
 
 #endif

@@ -54,17 +54,6 @@
 #include <unistd.h>
 
 #define STEPS 20
-static int rank, ranks, fails;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "mixed_precision np=%d rank %d line %d: ", ranks, rank, __LINE__);           \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
-
 static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 3, .seq = 18, .vocab = 256};
 
 static par_optim_config_t recipe_optim(const char *opt) {
@@ -170,12 +159,9 @@ static void reference(par_precision_t prec, float scale) {
     if (b > dg) dg = b;
   }
   par_engine_get_params(e, pe);
-  double d2 = 0, m2 = 0;
-  for (size_t i = 0; i < np; i++) {
-    double d = (double)pe[i] - master[i], mv = (double)master[i] - p0[i];
-    d2 += d * d, m2 += mv * mv;
-  }
-  double rel = sqrt(d2 / m2);
+  double sums[2] = {0, 0};
+  move_sums(master, pe, p0, np, sums);
+  double rel = sqrt(sums[0] / sums[1]);
   const char *name = prec == PAR_PREC_BF16 ? "bf16" : "fp16";
   CHECK(dl <= 1e-6 && dg <= 1e-6 && rel <= 1e-5,
         "%s against the reference: losses %.3g relative, norms %.3g, masters %.3g of the move apart", name,
@@ -273,12 +259,9 @@ static void parallel(int zero, const char *opt) {
   }
   par_engine_get_params(s, ps);
   par_engine_get_params(e, pp);
-  double d2 = 0, m2 = 0;
-  for (size_t i = 0; i < np; i++) {
-    double d = (double)ps[i] - pp[i], mv = (double)ps[i] - p0[i];
-    d2 += d * d, m2 += mv * mv;
-  }
-  double rel = sqrt(d2 / m2);
+  double sums[2] = {0, 0};
+  move_sums(ps, pp, p0, np, sums);
+  double rel = sqrt(sums[0] / sums[1]);
   if (ranks == 1) /* nothing reordered, nothing rounded twice */
     CHECK(max_dl == 0 && rel == 0, "bf16 zero %d %s on one rank: losses %.3g, masters %.3g apart", zero, opt,
           max_dl, rel);
@@ -420,9 +403,5 @@ int main(int argc, char **argv) {
   for (int zero = 0; zero <= 3; zero++) loss_scale(zero);
   checkpoints(dir);
   if (rank == 0) rmdir(dir);
-  int all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("mixed_precision np=%d: %s\n", ranks, all ? "FAILED" : "ok");
-  MPI_Finalize();
-  return all ? 1 : 0;
+  return harness_finish(NULL);
 }

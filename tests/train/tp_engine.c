@@ -30,17 +30,6 @@
 #include "harness.h"
 
 #define STEPS 20
-static int rank, ranks, fails;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "tp_engine np=%d rank %d line %d: ", ranks, rank, __LINE__);                 \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
-
 static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 4, .seq = 18, .vocab = 256};
 
 static int seqpar; /* Megatron's sequence parallelism in the runs of equiv() */
@@ -139,13 +128,9 @@ static void equiv(int tp, int zero, const char *opt) {
   par_engine_get_params(e, pe);
   slice_all(em, sm, ps, want, tr);
   slice_all(em, sm, p0, w0, tr);
-  double d2 = 0, m2 = 0;
-  for (size_t i = 0; i < nl; i++) {
-    double d = (double)want[i] - pe[i], mv = (double)want[i] - w0[i];
-    d2 += d * d, m2 += mv * mv;
-  }
   /* every rank's slice counts: the move and the difference over the run */
-  double sums[2] = {d2, m2};
+  double sums[2] = {0, 0};
+  move_sums(want, pe, w0, nl, sums);
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   double rel = sqrt(sums[0] / sums[1]);
   CHECK(max_dl <= 1e-6 && max_dg <= 1e-5 && rel <= 1e-4,
@@ -235,9 +220,5 @@ int main(int argc, char **argv) {
   seqpar = 0;
   reshard(dir);
   if (rank == 0) rmdir(dir);
-  int all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("tp_engine np=%d: %s\n", ranks, all ? "FAILED" : "ok");
-  MPI_Finalize();
-  return all ? 1 : 0;
+  return harness_finish(NULL);
 }

@@ -34,17 +34,6 @@
 #include <string.h>
 
 #define STEPS 20
-static int rank, ranks, fails;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "zero_equiv np=%d rank %d line %d: ", ranks, rank, __LINE__);                \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
-
 /* Regions that the rank counts do not divide into whole aligned shards
  * (blocks of 7224 and a final layernorm of 48 parameters): padded. */
 static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 3, .seq = 18, .vocab = 256};
@@ -253,8 +242,5 @@ int main(int argc, char **argv) {
     run(zero, "adamw", 2);
     if (ranks > 1) overlap(zero);
   }
-  int all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return all ? 1 : 0;
+  return harness_finish(NULL);
 }
