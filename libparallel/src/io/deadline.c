@@ -53,6 +53,18 @@ static int passed(const struct timespec *due) {
   return now.tv_sec > due->tv_sec || (now.tv_sec == due->tv_sec && now.tv_nsec >= due->tv_nsec);
 }
 
+/* Seconds since due. */
+static double late_by(const struct timespec *due) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - due->tv_sec) + 1e-9 * (double)(now.tv_nsec - due->tv_nsec);
+}
+
+/* A watcher woken this long after its due time was not running itself:
+ * this process was stopped (SIGSTOP, a suspended job) or starved, so the
+ * wait it measured is its own absence, not another rank's. */
+#define DEADLINE_LATE_S 0.5
+
 static void *watch(void *arg) {
   io_deadline_t *d = arg;
   pthread_mutex_lock(&d->mu);
@@ -64,6 +76,10 @@ static void *watch(void *arg) {
     struct timespec due = d->due;
     pthread_cond_timedwait(&d->cv, &d->mu, &due);
     if (!d->quit && d->due.tv_sec != 0 && passed(&d->due)) {
+      if (late_by(&d->due) > DEADLINE_LATE_S) { /* back from a stop: the others get their time again */
+        d->due = after(d->seconds);
+        continue;
+      }
       char msg[800];
       snprintf(msg, sizeof msg,
                "%s did not finish within %g s: another rank never reached this collective step "

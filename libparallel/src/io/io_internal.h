@@ -24,7 +24,9 @@ void io_release(const char *path, int all);
  * rank stopped between two of them leaves the others there forever. A
  * watcher thread reports it (par_set_fatal_handler's handler, which may end
  * the process) when the watched code has not called io_deadline_feed or
- * io_deadline_stop within `seconds`. */
+ * io_deadline_stop within `seconds`. A watcher that wakes well after its
+ * due time (this process was itself stopped, then continued) gives the
+ * others the full time again instead of blaming them. */
 typedef struct io_deadline io_deadline_t;
 /* NULL (nothing watched) when seconds <= 0 or the thread cannot start. */
 io_deadline_t *io_deadline_start(double seconds);
