@@ -46,6 +46,8 @@ sweep() {
       if ls "$d"/*.tmp >/dev/null 2>&1; then fail "$name: allocation $n ($mode): left $(ls "$d"/*.tmp)"; fi
     done
   done
+  # the injection must have bitten: most failed allocations end the run
+  [ $((failed * 2)) -gt "$ran" ] || fail "$name: only $failed of $ran runs ended out of memory: is the allocation failing at all?"
   echo "failalloc $name: $total allocations; $ran runs, $failed ended out of memory with one line, none crashed"
 }
 
