@@ -5,3 +5,5 @@ BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_zero 4:$$BUILD/bin/bench_parallel
 # Megatron tensor parallelism: tp = 2 scaling on a model whose GEMMs dominate.
 $(eval $(call strata_program,bench_parallel_tp,bench/parallel_tp.c,parallel))
 BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_tp
+$(eval $(call strata_program,bench_parallel_pp,bench/parallel_pp.c,parallel))
+BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_pp

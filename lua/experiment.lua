@@ -86,14 +86,22 @@ function M.prepare_and_train(cfg)
       raise(cfg._locate("train.global_batch"), "train.global_batch", t.global_batch,
             string.format("not a multiple of parallel.dp x train.batch = %d x %d = %d", dp, t.batch, per))
     end
-    if cfg._given["train.accum"] and t.accum ~= t.global_batch // per then
-      raise(cfg._locate("train.accum"), "train.accum", t.accum,
+    local accum_key = cfg._given["parallel.microbatches"] and "parallel.microbatches" or "train.accum"
+    if cfg._given[accum_key] and t.accum ~= t.global_batch // per then
+      raise(cfg._locate(accum_key), accum_key, t.accum,
             string.format("train.global_batch = %d needs %d microbatches of %d on %d ranks",
                           t.global_batch, t.global_batch // per, t.batch, dp))
     end
     t.accum = t.global_batch // per
   end
   t.global_batch = dp * t.batch * t.accum
+  if p.pp > 1 and p.schedule == "interleaved" and t.accum % p.pp ~= 0 then
+    local key = cfg._given["parallel.microbatches"] and "parallel.microbatches"
+                or cfg._given["train.global_batch"] and "train.global_batch" or "train.accum"
+    raise(cfg._locate(key), key, cfg._given["train.global_batch"] and key == "train.global_batch" and t.global_batch or t.accum,
+          string.format("the interleaved schedule needs microbatches per step (%d) a multiple of parallel.pp = %d",
+                        t.accum, p.pp))
+  end
   local d = cfg.data
   local data, err = M.data.open{
     source = d.source, path = d.path, val_path = d.val_path, val_fraction = d.val_fraction,

@@ -218,6 +218,11 @@ static int l_train(lua_State *L) {
   lay.dp = (int)cfg_int(L, "parallel", "dp");
   lay.tp = (int)cfg_int(L, "parallel", "tp");
   lay.seq_parallel = cfg_bool(L, "parallel", "seq_parallel");
+  lay.pp = (int)cfg_int(L, "parallel", "pp");
+  const char *sched = cfg_str(L, "parallel", "schedule");
+  lay.schedule = !strcmp(sched, "gpipe") ? PAR_SCHED_GPIPE : !strcmp(sched, "interleaved") ? PAR_SCHED_INTERLEAVED
+                                                                                            : PAR_SCHED_1F1B;
+  lay.interleave = (int)cfg_int(L, "parallel", "interleave");
   lay.microbatch = (int)cfg_int(L, "train", "batch");
   lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
   lay.zero_stage = (int)cfg_int(L, "parallel", "zero");
@@ -303,7 +308,11 @@ static int l_train(lua_State *L) {
     size_t np = par_gpt_param_count(&mc);
     char zero[96] = "";
     if (lay.zero_stage > 0) snprintf(zero, sizeof zero, ", ZeRO-%d", lay.zero_stage);
-    if (lay.tp > 1) snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", tp %d x dp %d", lay.tp, lay.dp);
+    if (lay.tp > 1 || lay.pp > 1)
+      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", tp %d x pp %d x dp %d", lay.tp, lay.pp, lay.dp);
+    if (lay.pp > 1)
+      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), " (%s, %d microbatches%s)", sched,
+               lay.global_batch / (lay.dp * lay.microbatch), lay.interleave > 1 ? ", interleaved" : "");
     if (lay.precision != PAR_PREC_FP32)
       snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", %s", prec);
     printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; sgemm peak %.0f "

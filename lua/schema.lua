@@ -40,7 +40,14 @@ local sections = {
           doc = "data-parallel degree; auto: all ranks"},
     tp = {t = INT, min = 1, max = 4096, default = 1,
           doc = "tensor-parallel degree (Megatron 1D, consecutive ranks); divides model.heads and the vocabulary"},
-    pp = {t = INT, min = 1, max = 1, default = 1, doc = "pipeline stages (1 in this runner)"},
+    pp = {t = INT, min = 1, max = 4096, default = 1,
+          doc = "pipeline stages (contiguous blocks; the outermost ranks); divides model.layers"},
+    schedule = {t = ENUM, values = {"gpipe", "1f1b", "interleaved"}, default = "1f1b",
+                doc = "pipeline schedule with pp > 1: GPipe, 1F1B (PipeDream-Flush) or Megatron's interleaved 1F1B"},
+    interleave = {t = INT, min = 1, max = 1024, default = 1,
+                  doc = 'model chunks per stage for schedule = "interleaved" (>= 2)'},
+    microbatches = {t = INT, min = 1, max = 1 << 20,
+                    doc = "microbatches per step through the pipeline (the same as train.accum)"},
     sp = {t = INT, min = 1, max = 1, default = 1, doc = "sequence parallel (1 in this runner)"},
     zero = {t = INT, min = 0, max = 3, default = 0,
             doc = "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the parameters too"},
@@ -275,6 +282,12 @@ local function check_unread(c, loc, given)
       raise(loc(path), path, c[sec][key], "not used " .. why)
     end
   end
+  decider = "parallel.pp"
+  if c.parallel.pp == 1 then
+    for _, k in ipairs{"schedule", "interleave"} do
+      unread("parallel." .. k, "with parallel.pp = 1 (no pipeline)")
+    end
+  end
   decider = "data.source"
   if d.source ~= "markov" then
     for _, k in ipairs{"tokens", "fanout", "skew", "markov_seed"} do
@@ -329,6 +342,19 @@ local function check_relations(c, loc)
   if c.parallel.seq_parallel and (t.batch * (t.seq or m.seq)) % c.parallel.tp ~= 0 then
     raise(loc("parallel.seq_parallel"), "parallel.seq_parallel", true,
           string.format("train.batch x tokens per sample = %d do not divide over parallel.tp = %d", t.batch * (t.seq or m.seq), c.parallel.tp))
+  end
+  local p = c.parallel
+  if p.interleave > 1 and p.schedule ~= "interleaved" then
+    raise(loc("parallel.interleave"), "parallel.interleave", p.interleave,
+          string.format('needs parallel.schedule = "interleaved" (not "%s")', p.schedule))
+  end
+  if p.schedule == "interleaved" and p.interleave < 2 then
+    raise(loc("parallel.schedule"), "parallel.schedule", p.schedule, "needs parallel.interleave >= 2 chunks per stage")
+  end
+  if m.layers % (p.pp * p.interleave) ~= 0 then
+    raise(loc(p.interleave > 1 and "parallel.interleave" or "parallel.pp"), p.interleave > 1 and "parallel.interleave" or "parallel.pp",
+          p.interleave > 1 and p.interleave or p.pp,
+          string.format("model.layers = %d do not divide into parallel.pp = %d stages x %d chunks", m.layers, p.pp, p.interleave))
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then
     raise(loc("parallel.zero"), "parallel.zero", c.parallel.zero,
@@ -454,6 +480,14 @@ function M.validate(recipe, where, overrides)
       end
       out.model[k] = c[k]
     end
+  end
+  local mbs = out.parallel.microbatches -- the pipeline's name for train.accum
+  if mbs then
+    if out_given["train.accum"] and out.train.accum ~= mbs then
+      raise(loc("parallel.microbatches"), "parallel.microbatches", mbs,
+            string.format("disagrees with train.accum = %d (both are the microbatches per step)", out.train.accum))
+    end
+    out.train.accum = mbs
   end
   check_relations(out, loc)
   check_unread(out, loc, out_given)

@@ -48,5 +48,16 @@ check "2 ranks: schema" 2 "heads_not_dividing.lua:4: model.heads = 5: does not d
   "$S" run -n 2 "$here/bad/heads_not_dividing.lua"
 check "2 ranks: data" 1 "data file '/nonexistent/strata/corpus.txt': No such file or directory" \
   "$S" run -n 2 "$here/bad/missing_data_file.lua"
+# A layout that only the ranks decide: interleaved microbatches per step not a multiple of pp.
+cat >"$work/interleaved.lua" <<'LUA'
+local strata = require "strata"
+strata.experiment{
+  parallel = {pp = 2, schedule = "interleaved", interleave = 2, microbatches = 3},
+  model = {layers = 4},
+}
+LUA
+check "2 ranks: interleaved microbatches" 2 \
+  "interleaved.lua:3: parallel.microbatches = 3: the interleaved schedule needs microbatches per step (3) a multiple of parallel.pp = 2" \
+  "$S" run -n 2 "$work/interleaved.lua"
 echo "bad recipes: $n checked, $fails failed"
 [ "$fails" = 0 ]

@@ -120,15 +120,21 @@ grep -q "adamw, ZeRO-3, 2 ranks" "$work/z3.log" || fail "ZeRO-3 header: $(head -
   && grep -qE "^strata: memory: this model and layout need [0-9.]+ GB per rank \(optimizer state [0-9.]+ GB, gradients [0-9.]+ GB, parameters [0-9.]+ GB\) but a rank has [0-9.]+ GB; a layout that fits: none on 1 rank" "$work/huge.err" \
   || fail "huge model: exit $rc, $(cat "$work/huge.err")"
 [ ! -e "$work/huge" ] || fail "huge model: $work/huge was created"
+# Pipeline stages from the command line: the header names the layout and the schedule, and the run
+# ends with a validation loss
+"$S" run -n 2 $R "${small[@]}" model.layers=2 parallel.pp=2 parallel.schedule=gpipe parallel.microbatches=4 \
+  train.steps=8 run_dir="$work/pp" >"$work/pp.log" 2>&1 || fail "pp run: $(tail -3 "$work/pp.log")"
+grep -q "adamw, tp 1 x pp 2 x dp 1 (gpipe, 4 microbatches), 2 ranks" "$work/pp.log" || fail "pp header: $(head -2 "$work/pp.log")"
+grep -q "validation loss [0-9.]* nats/token" "$work/pp.log" || fail "pp validation: $(tail -3 "$work/pp.log")"
 # recipes/zero.lua: the four stages, a table against the planner, a plot
 "$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
 [ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \
   || fail "zero.lua table: $(tail -8 "$work/zr.log")"
 command -v gnuplot >/dev/null && { [ -s "$work/zr/zero.png" ] || fail "zero.lua: no plot"; }
-# recipes/layouts.lua: tp 1 and 2 with ZeRO 0 and 1 on 2 ranks, memory within 10% of the planner's
-# (times are figures: the planner fitted on the first run predicts the others)
+# recipes/layouts.lua: dp 2 with ZeRO 0 and 1, tp 2 and pp 2 (1F1B) on 2 ranks, memory within 10% of the
+# planner's (times are figures: the planner fitted on the first run predicts the others)
 "$S" run -n 2 recipes/layouts.lua steps=6 out="$work/ly" >"$work/ly.log" 2>&1 || fail "layouts.lua: $(tail -3 "$work/ly.log")"
-[ "$(awk '/^ +[12] +[12] +[01] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+$/ && $6 > 0.9 && $6 < 1.1' "$work/ly.log" | wc -l)" = 4 ] \
+[ "$(awk '/^ +[12] +[12] +[12] +[01] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+$/ && $7 > 0.9 && $7 < 1.1' "$work/ly.log" | wc -l)" = 4 ] \
   || fail "layouts.lua table: $(tail -8 "$work/ly.log")"
 
 echo "train: reduced quickstart val loss $val; $fails failed"

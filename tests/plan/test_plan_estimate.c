@@ -142,9 +142,11 @@ Test(estimate, activations_recompute_and_schedules) {
   /* Korthikanti eq. 1 (e = 2): 34 s b h + 5 a s^2 b per layer. 1F1B: the
    * first stage keeps p = 4 microbatches of its 4 layers and of the
    * embedding output (+ dropout mask, 3 s h bytes). GPipe: every stage keeps
-   * all m = 16; the last stage, which also holds the logits (2-byte logits
-   * + fp32 copy, 6 s V bytes), is then the largest. Both add the gradient
-   * buffers of the block in backward. */
+   * all m = 16; the last stage, which also holds each one's logits (2 s V
+   * bytes) and final layernorm output (2 s h, one of them counted in the
+   * per-layer terms) until its backward, and one fp32 copy of the logits
+   * for the cross-entropy (4 s V), is then the largest. Both add the
+   * gradient buffers of the block in backward. */
   m.recompute = 0;
   double s = 1024, h = 1024, V = 50304, per_layer = 34 * s * h + 5 * 16 * s * s;
   double scratch = 14 * s * h * 2; /* one block's activation gradients in backward */
@@ -153,7 +155,7 @@ Test(estimate, activations_recompute_and_schedules) {
             a.mem[PAR_MEM_ACTIV], want_1f1b);
   l.schedule = PAR_SCHED_GPIPE;
   cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &g), 0);
-  double want_gpipe = 16 * 4 * per_layer + 6 * s * V + scratch;
+  double want_gpipe = 16 * 4 * per_layer + (16 * 2 + 4) * s * V + 15 * 2 * s * h + scratch;
   cr_expect(fabs(g.mem[PAR_MEM_ACTIV] - want_gpipe) < 1e-9 * want_gpipe, "%g vs %g",
             g.mem[PAR_MEM_ACTIV], want_gpipe);
 }

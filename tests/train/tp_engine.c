@@ -47,28 +47,6 @@ static par_engine_t *engine(MPI_Comm comm, int tp, int dp, int zero, int B, cons
 
 static par_data_t *data(void) { return markov_data(mc.seq); }
 
-/* The serial model's parameters (flat, whole) as tensor rank r of the
- * model m holds them (m's flat layout). */
-static void slice_all(par_gpt_t *m, par_gpt_t *serial, const float *full, float *out, int r) {
-  for (int i = 0; i < par_gpt_num_views(m); i++) {
-    const par_gpt_view_t *v = par_gpt_view(m, i), *sv = par_gpt_view(serial, i);
-    int64_t R = v->shape[0], C = v->ndim > 1 ? v->shape[1] : 1, GC = v->ndim > 1 ? v->global[1] : 1;
-    for (int64_t a = 0; a < R; a++)
-      for (int64_t b = 0; b < C; b++) {
-        int64_t ga = a, gb = b;
-        if (v->split == PAR_GPT_SPLIT_ROWS) ga = r * R + a;
-        else if (v->split == PAR_GPT_SPLIT_COLS) gb = r * C + b;
-        else if (v->split == PAR_GPT_SPLIT_QKV) ga = (a / (R / 3)) * (v->global[0] / 3) + r * (R / 3) + a % (R / 3);
-        out[v->offset + a * C + b] = full[sv->offset + ga * GC + gb];
-      }
-  }
-}
-
-static size_t local_count(par_gpt_t *m) {
-  const par_gpt_view_t *v = par_gpt_view(m, par_gpt_num_views(m) - 1);
-  return v->offset + v->numel;
-}
-
 /* Memory per rank against the planner (strata's engine parameters): the
  * model states exactly (each rank's tensor slice of every region, padded to
  * the data-parallel shards), the activations within 10%. */

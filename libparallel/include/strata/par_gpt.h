@@ -18,9 +18,10 @@
  * 0.02/sqrt(2L)) for the two residual projections (GPT-2), 1 for layernorm
  * weights, 0 for biases.
  *
- * Layout 1x1x1 (serial) for now; the model is written layer by layer
- * (embedding, linear, attention, head + loss) so that parallel layouts swap
- * in their own layers.
+ * The model is written layer by layer (embedding, linear, attention, head
+ * + loss) so that parallel layouts swap in their own layers: Megatron
+ * tensor and sequence parallelism (opts.tp, opts.seq_parallel) inside the
+ * layers, pipeline stages (opts.stages) over the blocks.
  *
  * Usage (tests/gpt/example_train.c builds and runs this):
  *
@@ -114,8 +115,18 @@ typedef struct {
    * bytes), and the activations kept per rank fall by the group's size.
    * B T must divide by it. */
   int seq_parallel;
+  /* Pipeline placement (Narayanan et al., arXiv 2104.04473, sec. 2.2):
+   * this rank is stage `stage` of `stages` (0 or 1: the whole model), with
+   * `interleave` chunks (0 or 1: one) of L / (stages interleave)
+   * contiguous blocks, chunk c being virtual stage c stages + stage. The
+   * model then computes only through par_gpt_stage_forward/backward, and
+   * keeps the activations of its own blocks only (the first virtual stage
+   * also embeds, the last one holds the head and loss; both use wte). */
+  int stages, stage, interleave;
 } par_gpt_options_t;
-#define PAR_GPT_OPTIONS_DEFAULTS {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0}
+#define PAR_GPT_OPTIONS_DEFAULTS                                                                   \
+  {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0, .stages = 1,     \
+   .stage = 0, .interleave = 1}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */
@@ -210,6 +221,52 @@ STRATA_API int par_gpt_init_values(par_gpt_t *model, uint64_t seed, size_t offse
  * the engine's buffers are counted with the model's. */
 STRATA_API struct tensor_ctx *par_gpt_tensor_ctx(par_gpt_t *model);
 STRATA_API int par_gpt_device(const par_gpt_t *model);
+
+/* ---- pipeline stages ----
+ *
+ * A stage (opts.stages > 1) runs one chunk of its blocks over one
+ * microbatch at a time; several microbatches can be in flight, each with
+ * its own activations in a slot (par_gpt_set_slots). A chunk that is not
+ * the first virtual stage starts from the activations written into its
+ * PAR_GPT_IN buffer; one that is not the last leaves them in PAR_GPT_OUT.
+ * In backward, PAR_GPT_DOUT receives dL/d(output) before the chunk's
+ * backward (unless it holds the loss), and PAR_GPT_DIN holds dL/d(input)
+ * after it (unless it embeds); those two are one buffer, shared by the
+ * slots and overwritten by the next backward. Under sequence parallelism
+ * the buffers hold this rank's B T / t tokens. The whole model is the
+ * single chunk 0 of a single stage: par_gpt_forward is stage_forward of
+ * slot 0, chunk 0.
+ *
+ *   par_gpt_set_slots(m, 4);
+ *   float *in = par_gpt_stage_buffer(m, slot, chunk, PAR_GPT_IN, B, T, &n);
+ *   ... receive n floats into in ...
+ *   par_gpt_stage_forward(m, slot, chunk, tokens, targets, B, T, &loss);
+ *   ... later: receive into PAR_GPT_DOUT, par_gpt_stage_backward(m, slot, chunk),
+ *   ... send PAR_GPT_DIN ... */
+typedef enum { PAR_GPT_IN = 0, PAR_GPT_OUT, PAR_GPT_DOUT, PAR_GPT_DIN } par_gpt_io_t;
+
+/* Room for n microbatches in flight (>= 1; 1 at creation); slots are
+ * allocated as they are first used. */
+STRATA_API int par_gpt_set_slots(par_gpt_t *model, int n);
+/* Forward of chunk `chunk` (0 .. interleave - 1) of this stage over
+ * microbatch slot `slot`: tokens (B*T, host) are read when the chunk
+ * embeds, targets when it holds the loss (then *loss gets the mean loss;
+ * targets NULL computes the logits only, as par_gpt_forward). */
+STRATA_API int par_gpt_stage_forward(par_gpt_t *model, int slot, int chunk, const int32_t *tokens,
+                                     const int32_t *targets, int B, int T, float *loss);
+/* Backward of the chunk over the slot's last forward: accumulates the
+ * parameters' gradients and leaves dL/d(input) in PAR_GPT_DIN. */
+STRATA_API int par_gpt_stage_backward(par_gpt_t *model, int slot, int chunk);
+/* A boundary buffer of the slot's activations for (B, T) (allocated when
+ * first asked for), on the model's device; *count floats. NULL when the
+ * chunk has no such boundary (IN of the first virtual stage, OUT and DOUT
+ * of the last, DIN of the first). */
+STRATA_API float *par_gpt_stage_buffer(par_gpt_t *model, int slot, int chunk, par_gpt_io_t which, int B, int T,
+                                       size_t *count);
+/* This stage's chunk `chunk` as blocks [*first, *first + *count), and
+ * whether it embeds (first virtual stage) or holds the loss (last). */
+STRATA_API int par_gpt_stage_chunk(const par_gpt_t *model, int chunk, int *first, int *count, int *embeds,
+                                   int *loss);
 
 /* ---- generation ----
  *

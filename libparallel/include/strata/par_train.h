@@ -122,15 +122,20 @@ typedef struct {
    .loss_scale = 0.0, .loss_scale_window = 0}
 
 /* Creates the engine: validates the layout against the communicator
- * (par_layout_validate; this build trains dp x 1 x 1 x 1 with ZeRO stage
- * layout.zero_stage 0..3, in layout.precision: fp32, or bf16 or fp16
- * parameters, gradients and communication with fp32 masters and fp32
- * compute),
- * builds the model (initialised from opts.seed) and the optimizer. A step
- * takes layout.global_batch sequences: each data-parallel rank computes
- * global_batch / dp of them in microbatches of layout.microbatch, and the
- * gradients are reduced once, after the last microbatch. Collective. On
- * failure *out is NULL and err names the value at fault. */
+ * (par_layout_validate) and trains it: dp x tp x pp ranks (sp = 1) with
+ * ZeRO stage layout.zero_stage 0..3 (0..1 with pp > 1), Megatron tensor
+ * parallelism over tp consecutive ranks (with its sequence parallelism
+ * when layout.seq_parallel), pipeline stages outermost (rank / (dp tp) is
+ * the stage) following layout.schedule (GPipe, 1F1B or interleaved with
+ * layout.interleave chunks per stage; par_pipe.h), in layout.precision:
+ * fp32, or bf16 or fp16 parameters, gradients and communication with fp32
+ * masters and fp32 compute. It builds the model (initialised from
+ * opts.seed; each rank holds its stage's blocks and its tensor slice) and
+ * the optimizer. A step takes layout.global_batch sequences: each
+ * data-parallel replica computes global_batch / dp of them in microbatches
+ * of layout.microbatch (through the pipeline's schedule when pp > 1), and
+ * the gradients are reduced once, after each region's last microbatch.
+ * Collective. On failure *out is NULL and err names the value at fault. */
 STRATA_API int par_engine_create(par_engine_t **out, const par_gpt_config_t *model,
                                  const par_layout_t *layout, const par_optim_config_t *optim,
                                  const par_engine_options_t *opts, char *err, size_t errlen);
@@ -160,6 +165,9 @@ typedef struct {
    * parameters needed, its gradients complete) with that first reduction
    * still in flight (0: never): it went on computing meanwhile. */
   double inflight_s;
+  /* Pipeline parallelism: seconds this rank waited for a neighbouring
+   * stage's activations or gradients (the schedule's bubble, measured). */
+  double pipe_wait_s;
 } par_step_t;
 
 /* One optimizer step: this rank's next batch from data (par_data_next, its
@@ -208,6 +216,13 @@ STRATA_API int par_engine_load(par_engine_t *e, const char *path, par_data_t *da
 STRATA_API par_gpt_t *par_engine_model(par_engine_t *e);
 /* The data-parallel communicator (borrowed): its counters are the step's traffic. */
 STRATA_API comm_t *par_engine_comm(par_engine_t *e);
+/* The communicator of one of the run's groups (borrowed; NULL when the
+ * layout has none): "dp" (as par_engine_comm), "tp" (tensor parallelism),
+ * "pp" (the pipeline's stages: activations and their gradients),
+ * "embedding" (the first and last stages: the tied embedding's gradient
+ * sum) or "run" (every rank, when there are several groups). Their
+ * counters are each group's traffic. */
+STRATA_API comm_t *par_engine_group(par_engine_t *e, const char *name);
 /* Bytes of this rank: current and peak of the model's device accountant,
  * which counts the engine's parameters, gradients, optimizer state and
  * buffers with the model's activations. */
@@ -221,6 +236,8 @@ STRATA_API int par_engine_get_params(par_engine_t *e, float *out);
 typedef struct {
   int zero, ranks;       /* ZeRO stage, data-parallel ranks */
   int tp;                /* tensor-parallel ranks (Megatron 1D inside the model) */
+  int pp, stage;         /* pipeline stages, and this rank's */
+  int slots;             /* microbatches in flight on this stage at most (activation sets) */
   int precision;         /* par_precision_t */
   double loss_scale;     /* the current loss scale (fp16; else 1) */
   size_t params_padded;  /* parameters with each region padded to ranks x aligned shards */

@@ -34,6 +34,16 @@ int par_engine_error_all_ranks(const par_engine_t *e) { return e ? e->err_all : 
 par_gpt_t *par_engine_model(par_engine_t *e) { return e ? e->model : NULL; }
 comm_t *par_engine_comm(par_engine_t *e) { return e ? e->comm : NULL; }
 
+comm_t *par_engine_group(par_engine_t *e, const char *name) {
+  if (!e || !name) return NULL;
+  if (!strcmp(name, "dp")) return e->comm;
+  if (!strcmp(name, "tp")) return e->tpc;
+  if (!strcmp(name, "pp")) return e->ppc;
+  if (!strcmp(name, "embedding")) return e->embc;
+  if (!strcmp(name, "run")) return e->wc;
+  return NULL;
+}
+
 double engine_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -87,30 +97,42 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   MPI_Comm_rank(world, &e->wrank), MPI_Comm_size(world, &e->wsize);
   if (par_layout_validate(mc, lay, e->wsize, why, sizeof why) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
-  if (lay->pp != 1 || lay->sp != 1)
+  if (lay->sp != 1)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout pp %d, sp %d: this engine trains tensor and data parallel with ZeRO "
-                       "(pp = sp = 1)",
-                       lay->pp, lay->sp);
-  /* The mesh: tensor groups of consecutive ranks (one node), data-parallel
-   * groups across them (Megatron's order). */
+                       "layout sp %d: this engine trains tensor, pipeline and data parallel with ZeRO (sp = 1)", lay->sp);
+  if (lay->pp == 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
+    return engine_fail(e, 1, STRATA_EINVAL, "layout: the interleaved schedule needs pipeline stages (pp %d)", lay->pp);
+  /* The mesh (Megatron's order): tensor groups of consecutive ranks (one
+   * node), data-parallel groups across them, pipeline stages outermost. */
   comm_config_t cc = COMM_CONFIG_DEFAULTS;
   cc.timeout_s = e->opts.collective_timeout_s;
-  int tp = lay->tp, crc;
-  MPI_Comm dpm = MPI_COMM_NULL, tpm = MPI_COMM_NULL;
-  if (tp > 1 && (MPI_Comm_split(world, e->wrank % tp, e->wrank / tp, &dpm) != MPI_SUCCESS ||
-                 MPI_Comm_split(world, e->wrank / tp, e->wrank % tp, &tpm) != MPI_SUCCESS))
-    return engine_fail(e, 0, STRATA_EMPI, "cannot split the run's ranks into tensor and data-parallel groups");
-  crc = comm_from_mpi(&e->comm, tp > 1 ? dpm : world, &cc);
+  int tp = lay->tp, dp = lay->dp, crc = STRATA_OK;
+  int tpr = e->wrank % tp, dpr = e->wrank / tp % dp, ppr = e->wrank / (tp * dp);
+  e->pp = lay->pp, e->stage = ppr;
+  e->interleave = lay->schedule == PAR_SCHED_INTERLEAVED ? lay->interleave : 1;
+  MPI_Comm dpm = MPI_COMM_NULL, tpm = MPI_COMM_NULL, ppm = MPI_COMM_NULL, embm = MPI_COMM_NULL;
+  int split = tp > 1 || e->pp > 1;
+  if (split && (MPI_Comm_split(world, ppr * tp + tpr, dpr, &dpm) != MPI_SUCCESS ||
+                MPI_Comm_split(world, e->wrank / tp, tpr, &tpm) != MPI_SUCCESS ||
+                MPI_Comm_split(world, dpr * tp + tpr, ppr, &ppm) != MPI_SUCCESS ||
+                MPI_Comm_split(world, ppr == 0 || ppr == e->pp - 1 ? dpr * tp + tpr : MPI_UNDEFINED, ppr, &embm) !=
+                    MPI_SUCCESS))
+    return engine_fail(e, 0, STRATA_EMPI, "cannot split the run's ranks into tensor, data and pipeline groups");
+  crc = comm_from_mpi(&e->comm, split ? dpm : world, &cc);
   if (crc == STRATA_OK && tp > 1) crc = comm_from_mpi(&e->tpc, tpm, &cc);
-  if (crc == STRATA_OK && tp > 1) crc = comm_from_mpi(&e->wc, world, &cc);
-  if (dpm != MPI_COMM_NULL) MPI_Comm_free(&dpm);
-  if (tpm != MPI_COMM_NULL) MPI_Comm_free(&tpm);
+  if (crc == STRATA_OK && e->pp > 1) crc = comm_from_mpi(&e->ppc, ppm, &cc);
+  if (crc == STRATA_OK && e->pp > 1 && embm != MPI_COMM_NULL) crc = comm_from_mpi(&e->embc, embm, &cc);
+  if (crc == STRATA_OK && split) crc = comm_from_mpi(&e->wc, world, &cc);
+  MPI_Comm *ms[] = {&dpm, &tpm, &ppm, &embm};
+  for (int i = 0; i < 4; i++)
+    if (*ms[i] != MPI_COMM_NULL) MPI_Comm_free(ms[i]);
   if (crc != STRATA_OK)
     return engine_fail(e, 0, crc == STRATA_ENOMEM ? crc : STRATA_EMPI,
                        "cannot attach libcomm to the run's MPI communicator (%s)", strata_status_string(crc));
   comm_set_name(e->comm, "dp");
   if (e->tpc) comm_set_name(e->tpc, "tp");
+  if (e->ppc) comm_set_name(e->ppc, "pp");
+  if (e->embc) comm_set_name(e->embc, "embedding");
   if (e->wc) comm_set_name(e->wc, "run");
   e->rank = comm_rank(e->comm), e->size = comm_size(e->comm);
   e->tp_rank = e->tpc ? comm_rank(e->tpc) : 0, e->tp_size = e->tpc ? comm_size(e->tpc) : 1;
@@ -138,10 +160,17 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   e->accum = lay->global_batch / (lay->dp * lay->microbatch); /* >= 1: validated */
   snprintf(e->model_desc, sizeof e->model_desc, "layers=%d hidden=%d heads=%d seq=%d vocab=%d",
            mc->layers, mc->hidden, mc->heads, mc->seq, mc->vocab);
-  static const char *const precs[] = {"fp32", "bf16", "fp16"};
+  static const char *const precs[] = {"fp32", "bf16", "fp16"}, *const scheds[] = {"gpipe", "1f1b", "interleaved"};
+  char pipe[96] = "";
+  if (e->pp > 1) {
+    int k = snprintf(pipe, sizeof pipe, " schedule=%s microbatches=%d", scheds[lay->schedule], e->accum);
+    if (e->interleave > 1) snprintf(pipe + k, sizeof pipe - (size_t)k, " interleave=%d", e->interleave);
+  }
   snprintf(e->layout_desc, sizeof e->layout_desc,
-           "dp=%d tp=%d%s pp=1 sp=1 zero=%d precision=%s ranks=%d threads=%d", lay->dp, e->tp_size,
-           lay->seq_parallel ? " seq_parallel" : "", e->zero, precs[lay->precision], e->wsize, e->opts.threads);
+           "dp=%d tp=%d%s pp=%d%s sp=1 zero=%d precision=%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           lay->seq_parallel ? " seq_parallel" : "", e->pp, pipe, e->zero, precs[lay->precision], e->wsize,
+           e->opts.threads);
+  e->loss_ranks = e->wsize / e->pp; /* the last stage's */
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
                        e->opts.seq, mc->seq);
@@ -160,6 +189,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   go.external = 1; /* the engine holds parameters and gradients, sharded */
   go.tp = e->tpc;   /* Megatron's tensor parallelism inside the model */
   go.seq_parallel = lay->seq_parallel;
+  go.stages = e->pp, go.stage = e->stage, go.interleave = e->interleave;
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);
@@ -169,7 +199,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     if (par_gpt_view(e->model, i)->shape[0] > rows) rows = par_gpt_view(e->model, i)->shape[0];
   if (!(e->ranges = malloc(2 * (size_t)(rows + 3) * sizeof *e->ranges)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for checkpoint ranges");
-  if ((rc = state_create(e)) || (rc = setup_optimizer(e, oc))) return rc;
+  if ((rc = state_create(e)) || (rc = setup_optimizer(e, oc)) || (e->pp > 1 && (rc = pipe_create(e)))) return rc;
   size_t bt = (size_t)lay->microbatch * (size_t)e->seq;
   if (!(e->in = malloc(bt * sizeof *e->in)) || !(e->tg = malloc(bt * sizeof *e->tg)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for a batch of %zu tokens", bt);
@@ -207,12 +237,15 @@ int par_engine_create(par_engine_t **out, const par_gpt_config_t *mc, const par_
 
 void par_engine_destroy(par_engine_t *e) {
   if (!e) return;
+  pipe_destroy(e);
   state_destroy(e);
   par_gpt_destroy(e->model);
   optim_destroy(e->opt);
   optim_scaler_destroy(e->scaler);
   comm_destroy(e->comm);
   comm_destroy(e->tpc);
+  comm_destroy(e->ppc);
+  comm_destroy(e->embc);
   comm_destroy(e->wc);
   free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg), free(e->ranges);
   free(e);
@@ -229,6 +262,7 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   out->zero = e->zero;
   out->ranks = e->size;
   out->tp = e->tp_size;
+  out->pp = e->pp, out->stage = e->stage, out->slots = e->pp > 1 ? e->nslots : 1;
   out->precision = e->layout.precision;
   out->loss_scale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0;
   out->params_padded = e->nfull;
@@ -246,8 +280,12 @@ int par_engine_get_params(par_engine_t *e, float *out) {
   int rc = STRATA_OK;
   if (!e || !out) return STRATA_EINVAL;
   tensor_t buf = {0};
+  const par_gpt_view_t *last = par_gpt_view(e->model, par_gpt_num_views(e->model) - 1);
+  size_t total = last->offset + last->numel; /* this rank's tensor slice of every view */
+  if (e->pp > 1) memset(out, 0, total * sizeof *out); /* each stage its own regions, summed over the pipeline */
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
+    if (r == 0 && e->pp > 1 && e->stage != 0) continue; /* the tied embedding's copy */
     /* the fp32 values: the parameters, or under mixed precision the masters */
     const float *src = e->mixed ? (e->zero == 0 ? (const float *)e->master.data + g->foff : NULL)
                                 : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
@@ -265,6 +303,8 @@ int par_engine_get_params(par_engine_t *e, float *out) {
     if (!rc && (rc = tensor_copy(e->tc, &d, &sv))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
     if (buf.data) tensor_free(e->tc, &buf);
   }
+  if (!rc && e->pp > 1 && (rc = comm_allreduce(e->ppc, out, out, total, COMM_F32, COMM_SUM)))
+    engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));
   return rc;
 }
 
@@ -361,13 +401,13 @@ static int sum_split_views(par_engine_t *e, double *vsq, int w) {
 static int sum_views(par_engine_t *e, double *sq, int w) {
   int nv = par_gpt_num_views(e->model), rc;
   int dp = e->zero > 0 && e->size > 1;
-  if (!dp && e->tp_size < 2) return STRATA_OK;
+  if (!dp && e->tp_size < 2 && e->pp < 2) return STRATA_OK;
   memset(e->vsq, 0, sizeof(double) * (size_t)nv * (size_t)w);
   for (int i = 0; i < e->npieces; i++)
     for (int k = 0; k < w; k++) e->vsq[(size_t)e->pieces[i].view * w + k] += sq[(size_t)i * w + k];
   if (dp && (rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv * w, COMM_F64, COMM_SUM)))
     return comm_failed(e, rc);
-  if ((rc = sum_split_views(e, e->vsq, w))) return rc;
+  if ((rc = sum_split_views(e, e->vsq, w)) || (rc = pipe_sum_views(e, e->vsq, w))) return rc;
   for (int i = 0; i < e->npieces; i++)
     for (int k = 0; k < w; k++) sq[(size_t)i * w + k] = e->vsq[(size_t)e->pieces[i].view * w + k];
   return STRATA_OK;
@@ -384,7 +424,7 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
     return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
   for (int i = 0; i < e->npieces; i++) here += e->sq[i];
   *nonfinite_here = !isfinite(here);
-  if ((e->zero == 0 || e->size == 1) && e->tp_size < 2) {
+  if ((e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2) {
     for (int i = 0; i < e->npieces; i++) *total += e->sq[i];
     return STRATA_OK;
   }
@@ -394,7 +434,7 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
   if (e->zero > 0 && e->size > 1 &&
       (rc = comm_allreduce(e->comm, e->vsq, e->vsq, (size_t)nv, COMM_F64, COMM_SUM)))
     return comm_failed(e, rc);
-  if ((rc = sum_split_views(e, e->vsq, 1))) return rc;
+  if ((rc = sum_split_views(e, e->vsq, 1)) || (rc = pipe_sum_views(e, e->vsq, 1))) return rc;
   for (int i = 0; i < nv; i++) *total += e->vsq[i];
   return STRATA_OK;
 }
@@ -404,7 +444,7 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
  * applied (liboptim's two phases). */
 static int update(par_engine_t *e, float scale) {
   int rc, kind = par_optim_kind(e->optim_name);
-  if (((e->zero == 0 || e->size == 1) && e->tp_size < 2) || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
+  if (((e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2) || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
     if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
       return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
     return STRATA_OK;
@@ -435,7 +475,7 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   e->t_first_post = e->t_first_done = e->t_backward_end = e->t_inflight = 0;
   float lscale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0f;
   par_gpt_set_loss_scale(e->model, lscale);
-  int local = local_step(e, data, &l);
+  int local = e->pp > 1 ? pipe_local_step(e, data, &l) : local_step(e, data, &l);
   if (e->hook_rc || (local != STRATA_OK && !e->err_all && local == STRATA_ETIMEOUT)) {
     state_release_all(e);
     return local; /* a collective failed: this rank alone knows (the watchdog's report) */
@@ -451,11 +491,12 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   e->pending_rc = STRATA_OK;
   double ctl[3] = {l, e->stop_flag && *e->stop_flag ? 1 : 0, local != STRATA_OK ? 1 : 0};
   out->loss_scale = lscale;
+  out->pipe_wait_s = e->t_wait;
   if (e->wsize > 1) { /* every rank: the tensor ranks of a group hold the same loss */
     comm_t *c = ctl_comm(e);
     if ((rc = comm_allreduce(c, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK)
       return engine_fail(e, 0, rc, "%s", comm_last_error(c));
-    ctl[0] /= e->wsize;
+    ctl[0] /= e->loss_ranks;
   }
   if (ctl[2] > 0 && (rc = engine_agree(e, local)) != STRATA_OK) return rc;
   out->loss = ctl[0];
@@ -520,11 +561,13 @@ int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *
     if (!failed && (rc = par_data_fill(data, PAR_SPLIT_VAL, (uint64_t)(k % batches) * (uint64_t)B, B, e->in,
                                        e->tg)) != STRATA_OK)
       failed = engine_fail(e, 0, rc, "validation data: %s", par_data_error(data));
-    if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
+    if (e->pp > 1) { /* a failed rank passes the messages on without computing */
+      if ((rc = pipe_forward_only(e, failed ? NULL : e->in, e->tg, &loss, &failed)) != STRATA_OK) return rc;
+    } else if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
       failed = e->hook_rc ? rc : model_fail(e, rc, "validation");
     if (e->hook_rc) return e->hook_rc;
     if (failed) { /* keep in step: the forward's gathers */
-      if ((rc = state_replay(e, e->events, 0))) return rc;
+      if (e->pp < 2 && (rc = state_replay(e, e->events, 0))) return rc;
       continue;
     }
     if (counted) sum += loss;
@@ -532,6 +575,11 @@ int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *
   if ((rc = engine_agree(e, failed))) return rc;
   if (e->size > 1 && (rc = comm_allreduce(e->comm, &sum, &sum, 1, COMM_F64, COMM_SUM)) != STRATA_OK)
     return comm_failed(e, rc);
+  if (e->pp > 1) { /* the last stage's, to every stage */
+    if (e->stage != e->pp - 1) sum = 0;
+    if ((rc = comm_allreduce(e->ppc, &sum, &sum, 1, COMM_F64, COMM_SUM)) != STRATA_OK)
+      return engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));
+  }
   *out = sum / batches;
   return STRATA_OK;
 }

@@ -84,6 +84,14 @@ static int view_io(par_engine_t *e, par_ckpt_t *c, int writing, const char *name
                  : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, data);
 }
 
+/* Whether this rank holds view i (its pipeline stage's regions). */
+static int view_held(const par_engine_t *e, int i) {
+  for (int r = 0; r < e->nregions; r++)
+    if (i >= e->regions[r].first_view && i < e->regions[r].first_view + e->regions[r].nviews)
+      return e->regions[r].n > 0;
+  return 0;
+}
+
 static int *piece_index(par_engine_t *e) {
   int nv = par_gpt_num_views(e->model);
   int *idx = malloc((size_t)nv * sizeof *idx);
@@ -122,12 +130,10 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
   if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
   /* Every rank must be here before HDF5's collective file creation, whose
    * waits have no watchdog: a stopped rank is reported now, by libcomm. */
-  int rc = e->size > 1 ? comm_barrier(e->comm) : STRATA_OK;
-  if (rc == STRATA_OK && e->tpc) rc = comm_barrier(e->tpc); /* with the data groups': every rank */
+  int rc = e->wsize > 1 ? comm_barrier(ctl_comm(e)) : STRATA_OK;
   if (rc != STRATA_OK) {
     free(piece_of);
-    return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path,
-                       comm_last_error(e->tpc && comm_last_error(e->tpc)[0] ? e->tpc : e->comm));
+    return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path, comm_last_error(ctl_comm(e)));
   }
   rc = par_ckpt_create(path, e->world, e->opts.collective_timeout_s, &c, err, sizeof err);
   if (rc != STRATA_OK) {
@@ -139,8 +145,9 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
     for (const char *w = arrays_of(e); *w; w++) {
       int64_t off, cnt;
-      float *d;
-      part(e, piece_of, i, *w, &off, &cnt, &d);
+      float *d = NULL;
+      off = cnt = 0; /* another stage's view, or the last stage's copy of wte: written by the first */
+      if (view_held(e, i) && !state_view_is_copy(e, i)) part(e, piece_of, i, *w, &off, &cnt, &d);
       ckpt_array_name(CKPT_FORMAT_VERSION, *w, e->optim_name, v->name, name, sizeof name);
       CK(view_io(e, c, 1, name, v, off, cnt, d));
     }
@@ -229,8 +236,9 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
     for (const char *w = arrays_of(e); *w; w++) {
       int64_t off, cnt;
-      float *d;
-      read_part(e, piece_of, i, *w, &off, &cnt, &d);
+      float *d = NULL;
+      off = cnt = 0;
+      if (view_held(e, i)) read_part(e, piece_of, i, *w, &off, &cnt, &d);
       ckpt_array_name((int)ver, *w, e->optim_name, v->name, name, sizeof name);
       CK(view_io(e, c, 0, name, v, off, cnt, d));
     }

@@ -8,6 +8,7 @@
 
 #include <strata/comm.h>
 #include <strata/optim.h>
+#include <strata/par_pipe.h>
 #include <strata/parallel.h>
 #include <strata/tensor.h>
 
@@ -54,6 +55,21 @@ struct par_engine {
   int wrank, wsize;
   comm_t *wc;       /* every rank, when tp > 1: the step's control word, agreeing on failures
                        (ctl_comm: else the data-parallel group, which is every rank) */
+  /* Pipeline parallelism (layout.pp > 1): this rank is stage `stage` of
+   * `pp`, following `pipe` (pipeline.c). */
+  int pp, stage, interleave;
+  comm_t *ppc;      /* the pipeline group: the same data and tensor coordinates, rank = stage */
+  comm_t *embc;     /* the first and last stages of it (the tied embedding's gradient sum); else NULL */
+  par_pipe_t *pipe;
+  int nslots;       /* microbatches in flight on this stage, at most (the model's activation slots) */
+  int *slot_of;     /* per microbatch: its slot while in flight, -1 */
+  int32_t *in_all, *tg_all;  /* the step's microbatches of inputs and targets */
+  float **gsend;             /* per slot x chunk: the input gradient being sent back */
+  comm_request_t **fsend, **bsend; /* per slot x chunk: the sends in flight */
+  float *dry;                /* a failed rank's stand-in for the boundary buffers */
+  size_t boundary;           /* floats of one boundary message (this rank's tokens x h) */
+  int loss_ranks;            /* ranks whose loss the step's mean counts (the last stage's) */
+  double t_wait;             /* this step: seconds spent waiting for a neighbour's message */
   int zero;         /* ZeRO stage */
   int accum;        /* microbatches per step: global_batch / (dp * microbatch) */
   int seq;          /* tokens per sample */
@@ -162,6 +178,32 @@ void state_release_all(par_engine_t *e);
  * that it posts the collectives the others post). */
 int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward);
 int state_replay(par_engine_t *e, int from, int with_backward);
+
+/* Replays the backward events of blocks [l0, l1) from the from-th on (a
+ * pipeline stage whose microbatch failed). */
+int state_replay_backward(par_engine_t *e, int from, int l0, int l1);
+/* Whether the model's region r is one this rank holds (its pipeline stage's). */
+int state_region_held(par_engine_t *e, int r);
+/* Whether view i is the last stage's copy of the tied embedding (pipeline):
+ * updated there too, counted and saved by the first stage only. */
+int state_view_is_copy(const par_engine_t *e, int i);
+
+/* ---- pipeline.c ---- */
+int pipe_create(par_engine_t *e);
+void pipe_destroy(par_engine_t *e);
+/* The step's forwards and backwards as the schedule says; the mean loss
+ * over the microbatches on the last stage (0 elsewhere). */
+int pipe_local_step(par_engine_t *e, par_data_t *data, double *loss);
+/* The tied embedding: the first and last stages' gradients of wte summed. */
+int pipe_tied_grads(par_engine_t *e);
+/* Per-view sums (w per view) over the pipeline group, the copy counted once. */
+int pipe_sum_views(par_engine_t *e, double *vsq, int w);
+/* One validation microbatch through the stages: *loss on the last stage.
+ * in NULL: this rank failed before, and passes the messages on without
+ * computing; a failure of the model here sets *failed (the message in
+ * e->err) and does the same. Returns an error only when the messages
+ * themselves failed. */
+int pipe_forward_only(par_engine_t *e, const int32_t *in, const int32_t *tg, float *loss, int *failed);
 
 /* fit.c: refuses a model and layout that cannot fit this rank's memory. */
 int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_t *lay);

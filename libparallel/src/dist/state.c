@@ -281,6 +281,51 @@ int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward) {
 
 static int hook(void *ctx, par_gpt_event_t ev, int r, int backward) { return state_event(ctx, ev, r, backward); }
 
+int state_region_held(par_engine_t *e, int r) {
+  int L = e->nregions - 2;
+  for (int c = 0; c < e->interleave; c++) {
+    int first, count, embeds, loss;
+    par_gpt_stage_chunk(e->model, c, &first, &count, &embeds, &loss);
+    if ((r == 0 && (embeds || loss)) || (r == L + 1 && loss) || (r > first && r <= first + count)) return 1;
+  }
+  return 0;
+}
+
+int state_view_is_copy(const par_engine_t *e, int i) {
+  return e->pp > 1 && e->stage != 0 && i < e->regions[0].first_view + e->regions[0].nviews && e->regions[0].n > 0;
+}
+
+/* The events of par_gpt_stage_backward over blocks [l0, l1) (gpt_layers.c, run_backward). */
+int state_replay_backward(par_engine_t *e, int from, int l0, int l1) {
+  int L = e->nregions - 2, k = 0, rc = STRATA_OK, embed = l0 == 0, head = l1 == L;
+#define EV(ev, r)                                                                                  \
+  do {                                                                                             \
+    if (k++ >= from && !rc) rc = state_event(e, ev, r, 1);                                         \
+  } while (0)
+  if (head) {
+    EV(PAR_GPT_NEED, L + 1);
+    EV(PAR_GPT_NEED, 0);
+    EV(PAR_GPT_GRADS, L + 1);
+    EV(PAR_GPT_DONE, L + 1);
+    if (!embed) {
+      EV(PAR_GPT_GRADS, 0);
+      EV(PAR_GPT_DONE, 0);
+    }
+  }
+  for (int l = l1; l > l0; l--) {
+    EV(PAR_GPT_NEED, l);
+    EV(PAR_GPT_GRADS, l);
+    EV(PAR_GPT_DONE, l);
+  }
+  if (embed) {
+    if (!head) EV(PAR_GPT_NEED, 0);
+    EV(PAR_GPT_GRADS, 0);
+    EV(PAR_GPT_DONE, 0);
+  }
+#undef EV
+  return rc;
+}
+
 int state_replay(par_engine_t *e, int from, int with_backward) {
   int L = e->nregions - 2, k = 0, rc = STRATA_OK;
 #define EV(ev, r, b)                                                                               \
@@ -563,30 +608,48 @@ static int init_params(par_engine_t *e) {
 }
 
 /* Stage 0: buckets of whole regions in the order backward finishes them
- * (the last region first), each at least bucket_bytes. */
+ * (the last region first), each at least bucket_bytes; a bucket is posted
+ * when its lowest region is done, so it spans regions held one after
+ * another in both the layout and that order (a pipeline stage's copy of the
+ * tied embedding, done right after the head, is a bucket of its own). */
 static int make_buckets(par_engine_t *e) {
-  int n = e->nregions;
+  int n = e->nregions, L = n - 2;
   e->bucket_lo = calloc((size_t)n, sizeof(int));
   e->bucket_hi = calloc((size_t)n, sizeof(int));
   e->bucket_req = calloc((size_t)n, sizeof *e->bucket_req);
-  if (!e->bucket_lo || !e->bucket_hi || !e->bucket_req) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
-  int b = 0;
-  size_t bytes = 0;
-  e->bucket_hi[0] = n - 1;
-  for (int r = n - 1; r >= 0; r--) {
-    e->regions[r].bucket = b;
-    bytes += (size_t)e->size * e->regions[r].shard * sizeof(float);
-    e->bucket_lo[b] = r;
-    /* The first bucket (the last layers, whose gradients are ready first)
-     * closes at 1 MiB already, as PyTorch DDP's: its reduction starts while
-     * most of backward is still to run. */
-    size_t cap = b == 0 && e->bucket_bytes > (1u << 20) ? (1u << 20) : e->bucket_bytes;
-    if (bytes >= cap && r > 0) {
-      b++;
-      e->bucket_hi[b] = r - 1;
-      bytes = 0;
-    }
+  int *order = calloc((size_t)n, sizeof(int));
+  if (!e->bucket_lo || !e->bucket_hi || !e->bucket_req || !order) {
+    free(order);
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
   }
+  int k = 0, copy = e->regions[0].n > 0 && e->pp > 1 && e->stage != 0;
+  if (e->regions[L + 1].n) order[k++] = L + 1;
+  if (copy) order[k++] = 0;
+  for (int r = L; r >= 1; r--)
+    if (e->regions[r].n) order[k++] = r;
+  if (e->regions[0].n && !copy) order[k++] = 0;
+  int b = -1;
+  size_t bytes = 0, cap = 0;
+  for (int i = 0; i < k; i++) {
+    int r = order[i];
+    /* it continues the bucket when it is the held region right below the previous one */
+    int below = i > 0 ? order[i - 1] - 1 : -1;
+    while (below >= 0 && !e->regions[below].n) below--;
+    int cont = b >= 0 && bytes < cap && below == r;
+    if (!cont) {
+      b++;
+      e->bucket_hi[b] = r;
+      bytes = 0;
+      /* The first bucket (the last layers, whose gradients are ready first)
+       * closes at 1 MiB already, as PyTorch DDP's: its reduction starts while
+       * most of backward is still to run. */
+      cap = b == 0 && e->bucket_bytes > (1u << 20) ? (1u << 20) : e->bucket_bytes;
+    }
+    e->regions[r].bucket = b;
+    e->bucket_lo[b] = r;
+    bytes += (size_t)e->size * e->regions[r].shard * sizeof(float);
+  }
+  free(order);
   e->nbuckets = b + 1;
   return STRATA_OK;
 }
@@ -599,6 +662,7 @@ int state_create(par_engine_t *e) {
   for (int r = 0; r < e->nregions; r++) {
     region_t *g = &e->regions[r];
     par_gpt_region(e->model, r, &g->off, &g->n, &g->first_view, &g->nviews);
+    if (!state_region_held(e, r)) g->n = 0; /* another pipeline stage's: nothing of it here */
     g->shard = round_up((g->n + (size_t)dp - 1) / (size_t)dp, ENGINE_ALIGN);
     g->foff = e->nfull, g->soff = e->nshard;
     e->nfull += (size_t)dp * g->shard, e->nshard += g->shard;

@@ -269,13 +269,13 @@ static int run(loop_t *lp, par_train_result_t *res) {
     par_engine_memory(e, NULL, &peak);
     int ckpt = (o->ckpt_every > 0 && step % o->ckpt_every == 0) || (step == o->steps && o->ckpt_final);
     if (lp->metrics && (step % o->metrics_every == 0 || eval || step == o->steps)) {
-      double sent = 0; /* every collective of the data-parallel and tensor-parallel groups */
-      for (int k = 0; k < COMM_NKINDS; k++) {
-        comm_counter_t cnt = {0};
-        comm_counters(e->comm, (comm_kind_t)k, &cnt);
-        sent += (double)cnt.bytes_sent;
-        if (e->tpc && comm_counters(e->tpc, (comm_kind_t)k, &cnt) == STRATA_OK) sent += (double)cnt.bytes_sent;
-      }
+      double sent = 0; /* everything the data, tensor and pipeline groups sent */
+      comm_t *groups[4] = {e->comm, e->tpc, e->ppc, e->embc};
+      for (int k = 0; k < COMM_NKINDS; k++)
+        for (int g = 0; g < 4; g++) {
+          comm_counter_t cnt = {0};
+          if (groups[g] && comm_counters(groups[g], (comm_kind_t)k, &cnt) == STRATA_OK) sent += (double)cnt.bytes_sent;
+        }
       double tps = tokens_per_step * (double)steps_row / (tt - tt_row);
       tt_row = tt, steps_row = 0;
       double row[NMETRICS] = {(double)step, st.loss, v, st.lr, st.grad_norm, tps, (double)peak, sent,

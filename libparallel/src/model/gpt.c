@@ -272,6 +272,27 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
       goto fail;
     }
   }
+  m->stages = m->opts.stages < 1 ? 1 : m->opts.stages;
+  m->interleave = m->opts.interleave < 1 ? 1 : m->opts.interleave;
+  m->stage = m->opts.stage;
+  if (m->stage < 0 || m->stage >= m->stages || cfg->layers % (m->stages * m->interleave)) {
+    rc = gpt_seterr(NULL, STRATA_EINVAL,
+                    "par_gpt_create: pipeline stage %d of %d with %d chunks each: need 0 <= stage < stages and "
+                    "%d layers divisible by stages x chunks",
+                    m->stage, m->stages, m->interleave, cfg->layers);
+    goto fail;
+  }
+  m->chunk_layers = cfg->layers / (m->stages * m->interleave);
+  m->held = calloc((size_t)cfg->layers, 1);
+  m->slots = calloc(1, sizeof *m->slots);
+  if (!m->held || !m->slots) {
+    rc = gpt_seterr(NULL, STRATA_ENOMEM, "par_gpt_create: pipeline tables");
+    goto fail;
+  }
+  m->nslots = 1;
+  for (int c = 0; c < m->interleave; c++)
+    for (int l = 0; l < m->chunk_layers; l++) m->held[(c * m->stages + m->stage) * m->chunk_layers + l] = 1;
+  m->has_embed = m->held[0], m->has_head = m->held[cfg->layers - 1];
   m->loss_scale = 1.0f;
   m->device = m->opts.device < 0 ? TENSOR_CPU : m->opts.device;
   tensor_ctx_options_t to = TENSOR_CTX_OPTIONS_DEFAULTS;
@@ -350,33 +371,87 @@ fail:
   return rc;
 }
 
+/* Frees the buffers of the slot in use. */
 static void free_acts(par_gpt_t *m) {
   tensor_free(m->tc, &m->act_store);
-  tensor_free(m->tc, &m->g_store);
   tensor_free(m->tc, &m->ids_store);
   free(m->x), free(m->acts), free(m->host_losses), free(m->host_ids);
   m->x = NULL, m->acts = NULL, m->host_losses = NULL, m->host_ids = NULL;
   m->cap_bt = 0;
 }
 
+static void slot_save(par_gpt_t *m, gpt_slot_t *s) {
+  *s = (gpt_slot_t){.act_store = m->act_store, .ids_store = m->ids_store, .host_losses = m->host_losses,
+                    .host_ids = m->host_ids, .x = m->x, .acts = m->acts, .cap_bt = m->cap_bt, .B = m->B,
+                    .T = m->T, .have_targets = m->have_targets, .scratch_layer = m->scratch_layer};
+}
+
+static void slot_load(par_gpt_t *m, const gpt_slot_t *s) {
+  m->act_store = s->act_store, m->ids_store = s->ids_store, m->host_losses = s->host_losses;
+  m->host_ids = s->host_ids, m->x = s->x, m->acts = s->acts, m->cap_bt = s->cap_bt;
+  m->B = s->B, m->T = s->T, m->have_targets = s->have_targets, m->scratch_layer = s->scratch_layer;
+}
+
+void gpt_use_slot(par_gpt_t *m, int k) {
+  if (k == m->cur) return;
+  slot_save(m, &m->slots[m->cur]);
+  slot_load(m, &m->slots[k]);
+  m->cur = k;
+  if (m->cap_bt) gpt_prepare(m, m->B, m->T); /* its views (the shared scratch may have moved) */
+}
+
+static void free_slots(par_gpt_t *m) {
+  for (int k = 0; k < m->nslots; k++) {
+    gpt_use_slot(m, k);
+    free_acts(m);
+  }
+  gpt_use_slot(m, 0);
+  tensor_free(m->tc, &m->g_store);
+  m->g_cap = 0;
+}
+
+int par_gpt_set_slots(par_gpt_t *m, int n) {
+  if (!m) return STRATA_EINVAL;
+  if (n < 1) return gpt_seterr(m, STRATA_EINVAL, "par_gpt_set_slots: %d slots must be >= 1", n);
+  if (n == m->nslots) return STRATA_OK;
+  gpt_use_slot(m, 0);
+  for (int k = n; k < m->nslots; k++) { /* the ones dropped */
+    gpt_use_slot(m, k);
+    free_acts(m);
+    gpt_use_slot(m, 0);
+  }
+  gpt_slot_t *s = realloc(m->slots, (size_t)n * sizeof *s);
+  if (!s) return gpt_seterr(m, STRATA_ENOMEM, "par_gpt_set_slots: %d slots", n);
+  for (int k = m->nslots; k < n; k++) s[k] = (gpt_slot_t){0};
+  m->slots = s, m->nslots = n;
+  return STRATA_OK;
+}
+
 void par_gpt_destroy(par_gpt_t *m) {
   if (!m) return;
   if (m->tc) {
-    free_acts(m);
+    if (m->slots) free_slots(m);
     tensor_free(m->tc, &m->params);
     tensor_free(m->tc, &m->grads);
     tensor_ctx_destroy(m->tc);
   }
-  free(m->views), free(m->names), free(m->blocks), free(m->inits);
+  free(m->views), free(m->names), free(m->blocks), free(m->inits), free(m->held), free(m->slots);
   free(m);
 }
 
-/* Carves the activation and gradient-scratch views for (B, T) out of the two
- * stores, growing them when B*T exceeds what they hold. */
+/* Carves the activation and gradient-scratch views for (B, T) out of the
+ * slot's store and the shared scratch, growing them when B*T exceeds what
+ * they hold. Only the held blocks get activations; only the stage that
+ * holds the head gets its buffers (logits, losses). */
 int gpt_prepare(par_gpt_t *m, int B, int T) {
   int rc = STRATA_OK;
-  int t = m->tp_size, L = m->cfg.layers, NH = m->cfg.heads / t, nsets = m->cfg.recompute ? 1 : L;
+  int t = m->tp_size, L = m->cfg.layers, NH = m->cfg.heads / t;
   int64_t C = m->cfg.hidden, V = m->cfg.vocab, R = (int64_t)B * T;
+  int nheld = 0, nx = 0, head = m->has_head;
+  for (int l = 0; l <= L; l++) /* the residual streams held: each held block's input and output */
+    nx += (l < L && m->held[l]) || (l > 0 && m->held[l - 1]);
+  for (int l = 0; l < L; l++) nheld += m->held[l];
+  int nsets = m->cfg.recompute ? 1 : nheld;
   /* this rank's share of the split activations: qkv, attention output, MLP hidden */
   int64_t C3 = 3 * C / t, Ca = C / t, C4 = 4 * C / t;
   int64_t per_set = R * (3 * C + C3 + Ca + 2 * C4) + 4 * R + R * NH;
@@ -388,12 +463,12 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
                       (long long)R, t);
   int64_t Rl = sp ? R / t : R;
   if (sp) per_set = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + 4 * Rl + R * NH;
-  int64_t acts_n = (L + 1) * Rl * C + nsets * per_set + R * C + Rl * C + 2 * Rl + 2 * R + R * Vl;
-  int64_t grads_n = Rl * 2 * C + R * (C3 + Ca + 2 * C4) + R * Vl + (sp ? 2 * R * C + 4 * C : 0);
+  int64_t acts_n = nx * Rl * C + nsets * per_set + (head ? R * C + 2 * Rl + 2 * R + R * Vl : 0);
+  int64_t grads_n = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (head ? R * Vl : 0) + (sp ? 2 * R * C + 4 * C : 0);
   if (R > m->cap_bt) {
     free_acts(m);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
-    m->acts = calloc((size_t)nsets, sizeof *m->acts);
+    m->acts = calloc((size_t)L, sizeof *m->acts);
     m->host_losses = malloc((size_t)R * (t > 1 ? (size_t)t + 2 : 1) * sizeof(float)); /* tp: lse, gathered */
     m->host_ids = malloc((size_t)R * sizeof(int32_t));
     if (!m->x || !m->acts || !m->host_losses || !m->host_ids) {
@@ -402,7 +477,6 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     }
     int64_t ids_n = 2 * R;
     if ((rc = tensor_alloc(m->tc, &m->act_store, TENSOR_F32, m->device, 1, &acts_n)) ||
-        (rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, m->device, 1, &grads_n)) ||
         (rc = tensor_alloc(m->tc, &m->ids_store, TENSOR_I32, m->device, 1, &ids_n))) {
       gpt_seterr(m, rc, "par_gpt: activations for B*T = %lld tokens: %s", (long long)R,
                  tensor_last_error(m->tc));
@@ -411,6 +485,15 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     }
     m->cap_bt = R;
   }
+  if (R > m->g_cap) {
+    tensor_free(m->tc, &m->g_store);
+    m->g_cap = 0;
+    if ((rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, m->device, 1, &grads_n))) {
+      gpt_seterr(m, rc, "par_gpt: gradient scratch for B*T = %lld tokens: %s", (long long)R, tensor_last_error(m->tc));
+      goto fail;
+    }
+    m->g_cap = R;
+  }
   float *p = m->act_store.data;
   int dev = m->device;
 #define T3(t, c) (t) = tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += R * (c)
@@ -418,22 +501,25 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   /* this rank's tokens: all of them, or its chunk of R / t under sequence parallelism */
 #define L3(t, c) (t) = sp ? tensor_view3(p, TENSOR_F32, dev, 1, Rl, (c)) : tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += Rl * (c)
 #define L2(t) (t) = sp ? tensor_view2(p, TENSOR_F32, dev, 1, Rl) : tensor_view2(p, TENSOR_F32, dev, B, T), p += Rl
-  for (int l = 0; l <= L; l++) L3(m->x[l], C);
-  for (int s = 0; s < nsets; s++) {
-    gpt_acts_t *a = &m->acts[s];
+  for (int l = 0; l <= L; l++)
+    if ((l < L && m->held[l]) || (l > 0 && m->held[l - 1])) L3(m->x[l], C);
+  for (int l = 0, sets = 0; l < L && sets < nsets; l++) { /* by block; with recompute one scratch set, acts[0] */
+    if (!m->held[l]) continue;
+    gpt_acts_t *a = &m->acts[m->cfg.recompute ? 0 : l];
+    sets++;
     L3(a->ln1, C), L2(a->ln1_mean), L2(a->ln1_rstd), T3(a->qkv, C3), T3(a->atty, Ca);
     a->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH;
     L3(a->res2, C), L3(a->ln2, C), L2(a->ln2_mean), L2(a->ln2_rstd), T3(a->fch, C4), T3(a->fch_gelu, C4);
   }
-  T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
+  if (head) T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
+  p = m->g_store.data; /* scratch that no microbatch keeps: one set, whatever the slots */
   L3(m->tmp, C);
-  p = m->g_store.data;
   L3(m->dres, C), L3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4);
   if (sp) {
     T3(m->gath, C), T3(m->dfull, C);
     m->spg = tensor_view1(p, TENSOR_F32, dev, 4 * C), p += 4 * C;
   }
-  T3(m->dlogits, Vl);
+  if (head) T3(m->dlogits, Vl);
   /* dlogits is last: the view arithmetic above must not outgrow the stores. */
   int32_t *ids = m->ids_store.data;
   m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);

@@ -31,6 +31,19 @@ typedef struct {
 
 enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS };
 
+/* The activations of one microbatch in flight (par_gpt_set_slots): a
+ * pipeline stage holds several, the model one. The model's fields of the
+ * same names are those of the slot in use; gpt_use_slot swaps them. */
+typedef struct {
+  tensor_t act_store, ids_store;
+  float *host_losses;
+  int32_t *host_ids;
+  tensor_t *x;
+  gpt_acts_t *acts;
+  int64_t cap_bt;
+  int B, T, have_targets, scratch_layer;
+} gpt_slot_t;
+
 typedef struct {
   int init;
   float std;
@@ -52,6 +65,14 @@ struct par_gpt {
   int nviews;
   par_gpt_view_t *views;
   char *names; /* storage of the view names */
+  /* pipeline placement (opts.stages): blocks [chunk_lo[c], chunk_lo[c] + chunk_layers)
+   * for each of the `interleave` chunks of this stage; held[l]: block l is one of them */
+  int stages, stage, interleave, chunk_layers;
+  unsigned char *held;
+  int has_embed, has_head; /* the first block (embedding) / the last (head, loss) is held */
+  gpt_slot_t *slots;       /* nslots; slot `cur` is in the fields below */
+  int nslots, cur;
+  int64_t g_cap;           /* tokens the gradient scratch (g_store) holds */
   tensor_t wte, wpe, dwte, dwpe;
   gpt_param2_t lnf;
   gpt_block_t *blocks;
@@ -60,8 +81,9 @@ struct par_gpt {
   int B, T;             /* shape of the last forward */
   int have_targets;     /* the last forward kept what backward needs */
   tensor_t act_store;   /* one allocation holding everything below */
-  tensor_t *x;          /* L+1 residual streams (B,T,h): x[0] embeddings, x[l+1] block outputs */
-  gpt_acts_t *acts;     /* L sets, or 1 scratch set with recompute */
+  tensor_t *x;          /* L+1 residual streams (B,T,h): x[0] embeddings, x[l+1] block outputs
+                           (those of the held blocks) */
+  gpt_acts_t *acts;     /* L sets (those of the held blocks), or 1 scratch set with recompute */
   int scratch_layer;    /* with recompute: the block whose activations the scratch set holds */
   tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
   tensor_t ids_store;       /* 2 * cap_bt i32 on the device: tokens, then targets */
@@ -87,8 +109,10 @@ int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n);
 /* recv (n floats) = the sum over the group of send's n-float block of this rank. */
 int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n);
 
-/* Sizes the activation buffers for (B, T). */
+/* Sizes the activation buffers of the slot in use for (B, T). */
 int gpt_prepare(par_gpt_t *m, int B, int T);
+/* Makes slot k the one in use (its buffers in the model's fields). */
+void gpt_use_slot(par_gpt_t *m, int k);
 int gpt_seterr(par_gpt_t *m, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Copies libtensor's message into the model's after a failed tensor call. */
 int gpt_tensor_err(par_gpt_t *m, int code);

@@ -331,13 +331,86 @@ static int hook(par_gpt_t *m, par_gpt_event_t ev, int r, int backward) {
   return STRATA_OK;
 }
 
-int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets, int B, int T,
-                    float *loss) {
-  int rc = STRATA_OK;
+/* Forward of blocks [l0, l1) of the slot in use (prepared; tokens and
+ * targets in place; x[l0] filled unless l0 = 0). The hook hears: NEED 0
+ * when embedding; NEED, DONE of each block; with the head NEED L+1 (and
+ * NEED 0 when not embedding: the tied head reads wte), DONE L+1, DONE 0;
+ * DONE 0 after the blocks when embedding without the head. */
+static int run_forward(par_gpt_t *m, int l0, int l1, int with_targets, float *loss) {
+  int rc, L = m->cfg.layers, embed = l0 == 0, head = l1 == L;
+  if (embed && ((rc = hook(m, PAR_GPT_NEED, 0, 0)) || (rc = gpt_embed_forward(m, &m->x[0], &m->tokens)))) return rc;
+  for (int l = l0; l < l1; l++)
+    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 0)) ||
+        (rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1])) ||
+        (rc = hook(m, PAR_GPT_DONE, l + 1, 0)))
+      return rc;
+  if (head && ((rc = hook(m, PAR_GPT_NEED, L + 1, 0)) || (!embed && (rc = hook(m, PAR_GPT_NEED, 0, 0))) ||
+               (rc = gpt_head_forward(m, &m->x[L], with_targets, loss)) || (rc = hook(m, PAR_GPT_DONE, L + 1, 0))))
+    return rc;
+  if (embed || head) return hook(m, PAR_GPT_DONE, 0, 0);
+  return STRATA_OK;
+}
+
+/* Backward of blocks [l0, l1) of the slot in use (m->dres = dL/dx[l1]
+ * unless l1 = L); leaves dL/dx[l0] in m->dres. The hook hears: with the
+ * head NEED L+1, NEED 0, GRADS L+1, DONE L+1 (and GRADS 0, DONE 0 when not
+ * embedding: the head's part of wte is complete); NEED, GRADS, DONE of each
+ * block from the last; when embedding (NEED 0 without the head) GRADS 0,
+ * DONE 0. */
+static int run_backward(par_gpt_t *m, int l0, int l1) {
+  int rc, L = m->cfg.layers, embed = l0 == 0, head = l1 == L;
+  if (head && ((rc = hook(m, PAR_GPT_NEED, L + 1, 1)) || (rc = hook(m, PAR_GPT_NEED, 0, 1)) ||
+               (rc = gpt_head_backward(m, &m->x[L])) || (rc = hook(m, PAR_GPT_GRADS, L + 1, 1)) ||
+               (rc = hook(m, PAR_GPT_DONE, L + 1, 1))))
+    return rc;
+  if (head && !embed && ((rc = hook(m, PAR_GPT_GRADS, 0, 1)) || (rc = hook(m, PAR_GPT_DONE, 0, 1)))) return rc;
+  for (int l = l1 - 1; l >= l0; l--) {
+    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 1))) return rc;
+    /* With recompute only the block inputs were kept: rebuild this block's
+     * activations (its output is rewritten with the same values) unless
+     * the scratch set still holds them. */
+    if (m->cfg.recompute && m->scratch_layer != l)
+      if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) return rc;
+    if ((rc = gpt_block_backward(m, l, acts_of(m, l), &m->x[l])) || (rc = hook(m, PAR_GPT_GRADS, l + 1, 1)) ||
+        (rc = hook(m, PAR_GPT_DONE, l + 1, 1)))
+      return rc;
+  }
+  if (embed && ((!head && (rc = hook(m, PAR_GPT_NEED, 0, 1))) || (rc = gpt_embed_backward(m, &m->dres, &m->tokens)) ||
+                (rc = hook(m, PAR_GPT_GRADS, 0, 1)) || (rc = hook(m, PAR_GPT_DONE, 0, 1))))
+    return rc;
+  return STRATA_OK;
+}
+
+static int chunk_range(par_gpt_t *m, const char *fn, int slot, int chunk, int *l0, int *l1) {
+  if (slot < 0 || slot >= m->nslots || chunk < 0 || chunk >= m->interleave)
+    return gpt_seterr(m, STRATA_EINVAL, "%s: slot %d of %d, chunk %d of %d", fn, slot, m->nslots, chunk,
+                      m->interleave);
+  *l0 = (chunk * m->stages + m->stage) * m->chunk_layers;
+  *l1 = *l0 + m->chunk_layers;
+  return STRATA_OK;
+}
+
+int par_gpt_stage_chunk(const par_gpt_t *m, int chunk, int *first, int *count, int *embeds, int *loss) {
+  if (!m || chunk < 0 || chunk >= m->interleave) return STRATA_EINVAL;
+  int l0 = (chunk * m->stages + m->stage) * m->chunk_layers;
+  if (first) *first = l0;
+  if (count) *count = m->chunk_layers;
+  if (embeds) *embeds = l0 == 0;
+  if (loss) *loss = l0 + m->chunk_layers == m->cfg.layers;
+  return STRATA_OK;
+}
+
+int par_gpt_stage_forward(par_gpt_t *m, int slot, int chunk, const int32_t *tokens, const int32_t *targets, int B,
+                          int T, float *loss) {
+  int rc = STRATA_OK, l0 = 0, l1 = 0;
   if (!m) return STRATA_EINVAL;
+  if ((rc = chunk_range(m, "par_gpt_stage_forward", slot, chunk, &l0, &l1))) return rc;
+  gpt_use_slot(m, slot);
   m->have_targets = 0;
+  int embed = l0 == 0, head = l1 == m->cfg.layers;
+  if (!head) targets = NULL;
   if (loss) *loss = NAN;
-  if (!tokens || B < 1 || T < 1 || T > m->cfg.seq || (targets && !loss)) {
+  if ((embed && !tokens) || B < 1 || T < 1 || T > m->cfg.seq || (targets && !loss)) {
     rc = gpt_seterr(m, STRATA_EINVAL,
                     "par_gpt_forward: tokens %p, targets %p, loss %p, B %d, T %d (1 <= T <= seq %d)",
                     (const void *)tokens, (const void *)targets, (void *)loss, B, T, m->cfg.seq);
@@ -345,7 +418,7 @@ int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets,
   }
   int64_t R = (int64_t)B * T;
   for (int64_t i = 0; i < R; i++) {
-    if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab) {
+    if (embed && (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)) {
       rc = gpt_seterr(m, STRATA_EINVAL, "par_gpt_forward: tokens[%lld] = %d outside [0, %d)",
                       (long long)i, tokens[i], m->cfg.vocab);
       goto fail;
@@ -358,54 +431,61 @@ int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets,
   }
   if ((rc = gpt_prepare(m, B, T))) goto fail;
   tensor_t h = tensor_view2((void *)tokens, TENSOR_I32, TENSOR_CPU, B, T);
-  T_(tensor_copy(m->tc, &m->tokens, &h));
+  if (embed) T_(tensor_copy(m->tc, &m->tokens, &h));
   if (targets) {
     memcpy(m->host_ids, targets, (size_t)R * sizeof(int32_t));
     h.data = (void *)targets;
     T_(tensor_copy(m->tc, &m->targets, &h));
   }
-  int L = m->cfg.layers;
-  if ((rc = hook(m, PAR_GPT_NEED, 0, 0)) || (rc = gpt_embed_forward(m, &m->x[0], &m->tokens))) goto fail;
-  for (int l = 0; l < L; l++)
-    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 0)) ||
-        (rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1])) ||
-        (rc = hook(m, PAR_GPT_DONE, l + 1, 0)))
-      goto fail;
-  if ((rc = hook(m, PAR_GPT_NEED, L + 1, 0)) ||
-      (rc = gpt_head_forward(m, &m->x[L], targets != NULL, loss)) ||
-      (rc = hook(m, PAR_GPT_DONE, L + 1, 0)) || (rc = hook(m, PAR_GPT_DONE, 0, 0)))
-    goto fail;
-  m->have_targets = targets != NULL;
+  if ((rc = run_forward(m, l0, l1, targets != NULL, loss))) goto fail;
+  m->have_targets = !head || targets != NULL;
 fail:
   return rc;
 }
 
-int par_gpt_backward(par_gpt_t *m) {
-  int rc = STRATA_OK;
+int par_gpt_stage_backward(par_gpt_t *m, int slot, int chunk) {
+  int rc, l0 = 0, l1 = 0;
   if (!m) return STRATA_EINVAL;
-  if (!m->have_targets) {
-    rc = gpt_seterr(m, STRATA_ESTATE, "par_gpt_backward: no forward with targets to differentiate");
-    goto fail;
-  }
+  if ((rc = chunk_range(m, "par_gpt_stage_backward", slot, chunk, &l0, &l1))) return rc;
+  gpt_use_slot(m, slot);
+  if (!m->have_targets)
+    return gpt_seterr(m, STRATA_ESTATE, "par_gpt_backward: no forward with targets to differentiate");
+  return run_backward(m, l0, l1);
+}
+
+float *par_gpt_stage_buffer(par_gpt_t *m, int slot, int chunk, par_gpt_io_t which, int B, int T, size_t *count) {
+  int l0 = 0, l1 = 0;
+  if (count) *count = 0;
+  if (!m || chunk_range(m, "par_gpt_stage_buffer", slot, chunk, &l0, &l1) || B < 1 || T < 1 || T > m->cfg.seq)
+    return NULL;
   int L = m->cfg.layers;
-  if ((rc = hook(m, PAR_GPT_NEED, L + 1, 1)) || (rc = hook(m, PAR_GPT_NEED, 0, 1)) ||
-      (rc = gpt_head_backward(m, &m->x[L])) || (rc = hook(m, PAR_GPT_GRADS, L + 1, 1)) ||
-      (rc = hook(m, PAR_GPT_DONE, L + 1, 1)))
-    goto fail;
-  for (int l = L - 1; l >= 0; l--) {
-    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 1))) goto fail;
-    /* With recompute only the block inputs were kept: rebuild this block's
-     * activations (its output is rewritten with the same values) unless
-     * the scratch set still holds them. */
-    if (m->cfg.recompute && m->scratch_layer != l)
-      if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) goto fail;
-    if ((rc = gpt_block_backward(m, l, acts_of(m, l), &m->x[l])) || (rc = hook(m, PAR_GPT_GRADS, l + 1, 1)) ||
-        (rc = hook(m, PAR_GPT_DONE, l + 1, 1)))
-      goto fail;
-  }
-  if ((rc = gpt_embed_backward(m, &m->dres, &m->tokens)) || (rc = hook(m, PAR_GPT_GRADS, 0, 1)) ||
-      (rc = hook(m, PAR_GPT_DONE, 0, 1)))
-    goto fail;
-fail:
-  return rc;
+  if ((which == PAR_GPT_IN || which == PAR_GPT_DIN) && l0 == 0) return NULL;
+  if ((which == PAR_GPT_OUT || which == PAR_GPT_DOUT) && l1 == L) return NULL;
+  gpt_use_slot(m, slot);
+  if (gpt_prepare(m, B, T)) return NULL;
+  const tensor_t *t = which == PAR_GPT_IN ? &m->x[l0] : which == PAR_GPT_OUT ? &m->x[l1] : &m->dres;
+  if (count) *count = (size_t)tensor_numel(t);
+  return t->data;
+}
+
+/* The whole model: chunk 0 of the single stage, slot 0. */
+static int whole(par_gpt_t *m, const char *fn) {
+  if (m->stages > 1 || m->interleave > 1)
+    return gpt_seterr(m, STRATA_EINVAL, "%s: the model is pipeline stage %d of %d: use par_gpt_stage_forward/backward",
+                      fn, m->stage, m->stages);
+  return STRATA_OK;
+}
+
+int par_gpt_forward(par_gpt_t *m, const int32_t *tokens, const int32_t *targets, int B, int T, float *loss) {
+  if (!m) return STRATA_EINVAL;
+  int rc = whole(m, "par_gpt_forward");
+  if (rc) return rc;
+  if (!tokens) return gpt_seterr(m, STRATA_EINVAL, "par_gpt_forward: tokens NULL");
+  return par_gpt_stage_forward(m, 0, 0, tokens, targets, B, T, loss);
+}
+
+int par_gpt_backward(par_gpt_t *m) {
+  if (!m) return STRATA_EINVAL;
+  int rc = whole(m, "par_gpt_backward");
+  return rc ? rc : par_gpt_stage_backward(m, 0, 0);
 }

@@ -165,10 +165,12 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
    * shards of a multiple of shard_align elements, padding the region's end
    * (libparallel/src/dist/state.c). */
   double held = params;
-  if (l->pp == 1 && (l->tp == 1 || oned)) { /* the engine's regions, each rank's tensor slice of them */
+  if (l->tp == 1 || oned) { /* the engine's regions, each rank's tensor slice of them (the last
+                               pipeline stage holds the whole embedding region for the tied head) */
     double r0 = v * h / l->tp + s * h, blk = (12.0 * h * h + 7.0 * h) / l->tp + 6.0 * h, rl = 2.0 * h;
     double al = p->shard_align;
-    held = plan_sharded(r0, nd, al) + m->layers * plan_sharded(blk, nd, al) + plan_sharded(rl, nd, al);
+    held = (first || last ? plan_sharded(r0, nd, al) : 0.0) + ls * plan_sharded(blk, nd, al) +
+           (last ? plan_sharded(rl, nd, al) : 0.0);
   }
   double pbytes = held * wb / pshard, gbytes = held * wb / gshard, obytes = held * k / oshard;
   double off[3] = {0, 0, 0}; /* host, nvme bytes */
@@ -228,9 +230,13 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   double sr = oned ? fmin(p->bwd_scratch_token_elems_replicated, p->bwd_scratch_token_elems) : 0.0;
   act += tok * h * e * (sr + (p->bwd_scratch_token_elems - sr) / tpd);
   if (first) act += inflight * tok * h * (e + mk); /* embedding output + dropout mask */
-  /* Logits in compute precision plus the fp32 copy of the vocab-parallel
-   * cross-entropy, for the microbatch whose loss is computed. */
-  if (last) act += tok * v / (oned ? tpd : pdiv) * (e + 4.0);
+  /* Logits in compute precision for each microbatch in flight on the last
+   * stage (they wait for its backward: one under 1F1B, all m under GPipe),
+   * plus the fp32 working copy of the vocab-parallel cross-entropy (its
+   * gradient), one at a time. */
+  if (last) act += tok * v / (oned ? tpd : pdiv) * (inflight * e + 4.0);
+  /* (and each one's final layernorm output, which the head's weight gradient reads) */
+  if (last && l->pp > 1) act += (inflight - 1.0) * tok * h * e;
   out->mem[PAR_MEM_ACTIV] = act;
 
   /* Communication buffers: gradient buckets when gradients are reduced or
