@@ -13,8 +13,9 @@
  * last the head and loss) and sends b s h activations and gradients per
  * microbatch across the boundary; the figure is what the sends, the
  * stages' imbalance and the waits beyond the schedule's own bubble cost.
- * The second line gives the waits measured (par_step_t.pipe_wait_s) as a
- * share of the step beside the bubble (p - 1) / (m + p - 1). Measurements
+ * The second line gives the share of the step the stages spent outside
+ * their forwards and backwards (1 - par_step_t.pipe_busy_s / seconds)
+ * beside the schedule's bubble (p - 1) / (m + p - 1). Measurements
  * alternate (serial, pipeline, ...) and each keeps its best.
  *
  *   bench_parallel_pp [STEPS] [REPEATS]   (defaults 4, 2) */
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_parallel_pp: %s\n", par_engine_error(two));
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
-      double w[2] = {st.pipe_wait_s, st.seconds};
+      double w[2] = {st.seconds - st.pipe_busy_s, st.seconds};
       MPI_Allreduce(MPI_IN_PLACE, w, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
       wait = w[0] / 2, step_s = w[1] / 2;
     }
@@ -74,7 +75,7 @@ int main(int argc, char **argv) {
     double ideal = 2 * serial * M / (M + 1.0);
     printf("BENCH parallel.pp.efficiency value=%.0f unit=tokens/s baseline=%.0f ratio=%.3f\n", pp, ideal, pp / ideal);
     printf("bench_parallel_pp: GPT layers=%d hidden=%d heads=%d seq=%d, 1F1B over 2 stages, %d microbatches of %d; "
-           "serial %.0f tokens/s; waits %.1f%% of the step (the schedule's bubble %.1f%%)\n",
+           "serial %.0f tokens/s; idle %.1f%% of the step (the schedule's bubble %.1f%%)\n",
            mc.layers, mc.hidden, mc.heads, mc.seq, M, BATCH, serial, 100 * wait / step_s, 100.0 / (M + 1));
   }
   par_engine_destroy(two), par_engine_destroy(one);

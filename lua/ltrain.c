@@ -223,6 +223,7 @@ static int l_train(lua_State *L) {
   lay.schedule = !strcmp(sched, "gpipe") ? PAR_SCHED_GPIPE : !strcmp(sched, "interleaved") ? PAR_SCHED_INTERLEAVED
                                                                                             : PAR_SCHED_1F1B;
   lay.interleave = (int)cfg_int(L, "parallel", "interleave");
+  lay.partition_activations = cfg_bool(L, "parallel", "partition_activations");
   lay.microbatch = (int)cfg_int(L, "train", "batch");
   lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
   lay.zero_stage = (int)cfg_int(L, "parallel", "zero");

@@ -55,6 +55,8 @@ local sections = {
                  doc = "MiB per gradient reduction posted during backward (ZeRO 0-2)"},
     seq_parallel = {t = BOOL, default = false,
                     doc = "with tp > 1: Megatron's sequence parallelism (layernorms on a chunk of the tokens; activations / tp)"},
+    partition_activations = {t = BOOL, default = false,
+                             doc = "with model.recompute and tp > 1: DeepSpeed's partitioned checkpoints (each block input split over tp, gathered to recompute)"},
     precision = {t = ENUM, values = {"fp32", "bf16", "fp16"}, default = "fp32",
                  doc = "parameters, gradients and communication; bf16/fp16 keep fp32 masters and compute in fp32"},
   },
@@ -355,6 +357,12 @@ local function check_relations(c, loc)
     raise(loc(p.interleave > 1 and "parallel.interleave" or "parallel.pp"), p.interleave > 1 and "parallel.interleave" or "parallel.pp",
           p.interleave > 1 and p.interleave or p.pp,
           string.format("model.layers = %d do not divide into parallel.pp = %d stages x %d chunks", m.layers, p.pp, p.interleave))
+  end
+  if p.partition_activations then
+    local why = not m.recompute and "needs model.recompute = true (it splits the block inputs recompute keeps)"
+                or p.tp < 2 and "needs parallel.tp > 1 (it splits the kept block inputs over the tensor group)"
+                or p.seq_parallel and "has nothing to split with parallel.seq_parallel (the kept inputs are split already)"
+    if why then raise(loc("parallel.partition_activations"), "parallel.partition_activations", true, why) end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then
     raise(loc("parallel.zero"), "parallel.zero", c.parallel.zero,

@@ -126,6 +126,10 @@ grep -q "adamw, ZeRO-3, 2 ranks" "$work/z3.log" || fail "ZeRO-3 header: $(head -
   train.steps=8 run_dir="$work/pp" >"$work/pp.log" 2>&1 || fail "pp run: $(tail -3 "$work/pp.log")"
 grep -q "adamw, tp 1 x pp 2 x dp 1 (gpipe, 4 microbatches), 2 ranks" "$work/pp.log" || fail "pp header: $(head -2 "$work/pp.log")"
 grep -q "validation loss [0-9.]* nats/token" "$work/pp.log" || fail "pp validation: $(tail -3 "$work/pp.log")"
+# Partitioned activation checkpoints from the command line: named in the metrics' layout, and the run trains
+"$S" run -n 2 $R "${small[@]}" model.layers=2 model.recompute=true parallel.tp=2 parallel.partition_activations=true \
+  train.steps=8 run_dir="$work/pa" >"$work/pa.log" 2>&1 || fail "partitioned run: $(tail -3 "$work/pa.log")"
+grep -qa "tp=2 partition_activations pp=1" "$work/pa/metrics.h5" || fail "partitioned run: no such layout attribute"
 # recipes/zero.lua: the four stages, a table against the planner, a plot
 "$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
 [ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \

@@ -143,8 +143,8 @@ Test(estimate, activations_recompute_and_schedules) {
    * first stage keeps p = 4 microbatches of its 4 layers and of the
    * embedding output (+ dropout mask, 3 s h bytes). GPipe: every stage keeps
    * all m = 16; the last stage, which also holds each one's logits (2 s V
-   * bytes) and final layernorm output (2 s h, one of them counted in the
-   * per-layer terms) until its backward, and one fp32 copy of the logits
+   * bytes) and final layernorm input and output (2 x 2 s h, one of each
+   * counted in the per-layer terms) until its backward, and one fp32 copy of the logits
    * for the cross-entropy (4 s V), is then the largest. Both add the
    * gradient buffers of the block in backward. */
   m.recompute = 0;
@@ -155,7 +155,7 @@ Test(estimate, activations_recompute_and_schedules) {
             a.mem[PAR_MEM_ACTIV], want_1f1b);
   l.schedule = PAR_SCHED_GPIPE;
   cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &g), 0);
-  double want_gpipe = 16 * 4 * per_layer + (16 * 2 + 4) * s * V + 15 * 2 * s * h + scratch;
+  double want_gpipe = 16 * 4 * per_layer + (16 * 2 + 4) * s * V + 15 * 2 * 2 * s * h + scratch;
   cr_expect(fabs(g.mem[PAR_MEM_ACTIV] - want_gpipe) < 1e-9 * want_gpipe, "%g vs %g",
             g.mem[PAR_MEM_ACTIV], want_gpipe);
 }

@@ -16,9 +16,14 @@
  *    microbatch across each boundary it has, forward and back; the first
  *    and last stages sum the embedding's V h / t gradient once a step.
  *  - Activations in flight, measured by the accountant: GPipe holds all m
- *    microbatches, 1F1B p - stage of them; the peak memory of the two
- *    differs by the planner's in-flight activations within 10%, and the
- *    worst rank's memory equals the planner's within 10%.
+ *    microbatches, 1F1B p - stage of them; the worst rank's model states
+ *    and activations equal the planner's within 10% for both and for a few
+ *    3D layouts (tp x pp x dp, sequence parallel, recompute, ZeRO-1).
+ *  - The measured bubble is the schedule's, (p - 1) / (m + p - 1), divided
+ *    by the interleave (with the operations slowed to dominate).
+ *  - DeepSpeed's partitioned activation checkpoints (recompute, tp > 1):
+ *    the serial results, the gathers' bytes by the formula, memory by the
+ *    planner's.
  *  - Validation runs forward through the stages: the serial loss.
  *  - A failure of one stage's forward is every rank's, in the same step.
  *  - Checkpoints: saved under tp x pp x dp, loaded serially and under
@@ -41,6 +46,7 @@ typedef struct {
   par_schedule_t sched;
   int m, v, recompute, zero, seqpar;
   const char *opt;
+  int part; /* DeepSpeed's partitioned activation checkpoints (with recompute) */
 } case_t;
 
 static const char *sched_name(par_schedule_t s) {
@@ -52,6 +58,7 @@ static par_layout_t layout_of(const case_t *c, int B) {
   lay.tp = c->tp, lay.pp = c->pp, lay.dp = c->dp, lay.zero_stage = c->zero, lay.microbatch = B;
   lay.global_batch = B * c->dp * c->m, lay.schedule = c->sched, lay.interleave = c->v;
   lay.seq_parallel = c->seqpar;
+  lay.partition_activations = c->part;
   return lay;
 }
 
@@ -68,8 +75,8 @@ static par_engine_t *engine(MPI_Comm comm, const case_t *c, int B) {
 
 static void describe(const case_t *c, char *buf, size_t n) {
   snprintf(buf, n, "tp %d%s x pp %d x dp %d %s m=%d%s%s zero %d %s", c->tp, c->seqpar ? " seq-parallel" : "", c->pp,
-           c->dp, sched_name(c->sched), c->m, c->v > 1 ? " interleave 2" : "", c->recompute ? " recompute" : "",
-           c->zero, c->opt);
+           c->dp, sched_name(c->sched), c->m, c->v > 1 ? " interleave 2" : "",
+           c->part ? " recompute partitioned" : c->recompute ? " recompute" : "", c->zero, c->opt);
 }
 
 static uint64_t sent(comm_t *c, comm_kind_t k) {
@@ -114,7 +121,7 @@ static void equiv(const case_t *c) {
   const int B = 2;
   char what[160];
   describe(c, what, sizeof what);
-  case_t sc = {1, 1, 1, PAR_SCHED_1F1B, c->m, 1, 0, 0, 0, c->opt};
+  case_t sc = {1, 1, 1, PAR_SCHED_1F1B, c->m, 1, 0, 0, 0, c->opt, 0};
   size_t np = par_gpt_param_count(&mc);
   par_engine_t *s = engine(MPI_COMM_SELF, &sc, B * c->dp), *e = engine(MPI_COMM_WORLD, c, B);
   par_gpt_t *sm = par_engine_model(s), *em = par_engine_model(e);
@@ -157,49 +164,126 @@ static void equiv(const case_t *c) {
   free(ps), free(p0), free(pe), free(want), free(w0);
 }
 
-/* GPipe against 1F1B over pp = ranks stages and 8 microbatches: the slots
- * each stage holds, and the memory they take against the planner's. */
-static void inflight(void) {
-  const int B = 2, m = 8;
-  case_t g = {1, ranks, 1, PAR_SCHED_GPIPE, m, 1, 0, 0, 0, "adamw"}, f = g;
-  f.sched = PAR_SCHED_1F1B;
-  size_t peak[2];
-  double planned[2], states[2], act[2];
-  par_engine_info_t info[2];
+/* Partitioned checkpoints gather each kept block input over the tensor
+ * group before recomputing it: per step m x (blocks of the stage) more
+ * all-gathers of b s h floats, (t - 1) / t of them sent by each rank, and
+ * nothing else changes. */
+static void part_volume(const case_t *c, int B) {
+  case_t plain = *c;
+  plain.part = 0;
+  uint64_t got[2];
   for (int k = 0; k < 2; k++) {
-    const case_t *c = k ? &f : &g;
-    par_engine_t *e = engine(MPI_COMM_WORLD, c, B);
+    par_engine_t *e = engine(MPI_COMM_WORLD, k ? c : &plain, B);
     par_data_t *d = markov_data(mc.seq);
     par_step_t st;
-    for (int s = 0; s < 2; s++) CHECK(par_engine_step(e, d, &st) == 0, "step: %s", par_engine_error(e));
-    par_engine_info(e, &info[k]);
-    par_engine_memory(e, NULL, &peak[k]);
-    states[k] = (double)(info[k].state_bytes[0] + info[k].state_bytes[1] + info[k].state_bytes[2]);
-    act[k] = (double)peak[k] - states[k] - (double)info[k].buffer_peak;
-    par_cluster_t cl;
-    par_cluster_preset("this-machine", &cl, NULL, 0);
-    cl.nodes = 1, cl.gpus_per_node = ranks;
-    par_plan_params_t pp;
-    par_plan_params_engine(&pp);
-    par_plan_t pl;
-    par_layout_t lay = layout_of(c, B);
-    CHECK(par_plan_estimate(&mc, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
-    planned[k] = pl.mem[PAR_MEM_PARAMS] + pl.mem[PAR_MEM_GRADS] + pl.mem[PAR_MEM_OPTIM] + pl.mem[PAR_MEM_ACTIV];
+    CHECK(par_engine_step(e, d, &st) == 0, "step: %s", par_engine_error(e));
+    comm_t *tp = par_engine_group(e, "tp");
+    comm_counters_reset(tp);
+    CHECK(par_engine_step(e, d, &st) == 0, "step: %s", par_engine_error(e));
+    got[k] = sent(tp, COMM_K_ALLGATHER);
     par_engine_destroy(e), par_data_destroy(d);
   }
-  int stage = rank;
-  CHECK(info[0].slots == m && info[1].slots == ranks - stage, "stage %d holds %d microbatches (GPipe, want %d) and %d "
-        "(1F1B, want %d)", stage, info[0].slots, m, info[1].slots, ranks - stage);
-  /* the worst rank against the planner's worst stage */
-  for (int k = 0; k < 2; k++) {
-    double mine = states[k] + act[k], worst = 0;
-    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    CHECK(fabs(planned[k] / worst - 1) <= 0.10, "%s: the worst rank's %.0f bytes, planner %.0f",
-          k ? "1f1b" : "gpipe", worst, planned[k]);
+  uint64_t blocks = (uint64_t)mc.layers / c->pp, row = (uint64_t)B * mc.seq * mc.hidden * 4;
+  uint64_t want = (uint64_t)c->m * blocks * row * (c->tp - 1) / c->tp;
+  CHECK(got[1] - got[0] == want, "partitioned checkpoints gather %llu more bytes a step, the formula %llu",
+        (unsigned long long)(got[1] - got[0]), (unsigned long long)want);
+  if (rank == 0)
+    printf("partitioned checkpoints over tp %d: %llu more bytes gathered a step (m x blocks x b s h x 4 x (t-1)/t)\n",
+           c->tp, (unsigned long long)(got[1] - got[0]));
+}
+
+/* Trains two steps of case c; *slots: the microbatches this rank held at
+ * once; returns the worst rank's model states and activations against the
+ * planner's worst stage (*planned). */
+static double measured_memory(const case_t *c, int B, int *slots, double *planned) {
+  par_engine_t *e = engine(MPI_COMM_WORLD, c, B);
+  par_data_t *d = markov_data(mc.seq);
+  par_step_t st;
+  for (int s = 0; s < 2; s++) CHECK(par_engine_step(e, d, &st) == 0, "step: %s", par_engine_error(e));
+  par_engine_info_t info;
+  par_engine_info(e, &info);
+  size_t peak = 0;
+  par_engine_memory(e, NULL, &peak);
+  *slots = info.slots;
+  /* the accountant's peak less the pass's transient buffers (the planner counts the engine's apart) */
+  double mine = (double)peak - (double)info.buffer_peak, worst = 0;
+  MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  par_cluster_t cl;
+  par_cluster_preset("this-machine", &cl, NULL, 0);
+  cl.nodes = 1, cl.gpus_per_node = ranks;
+  par_plan_params_t pp;
+  par_plan_params_engine(&pp);
+  par_plan_t pl;
+  par_layout_t lay = layout_of(c, B);
+  par_gpt_config_t m = mc;
+  m.recompute = c->recompute;
+  CHECK(par_plan_estimate(&m, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+  *planned = pl.mem[PAR_MEM_PARAMS] + pl.mem[PAR_MEM_GRADS] + pl.mem[PAR_MEM_OPTIM] + pl.mem[PAR_MEM_ACTIV];
+  par_engine_destroy(e), par_data_destroy(d);
+  return worst;
+}
+
+/* Memory per rank against the planner's, within 10%: GPipe against 1F1B
+ * over pp = ranks stages and 8 microbatches (the slots each stage holds: m,
+ * and p - stage; up to 4 stages), then the 3D layouts given. */
+static void memory(const case_t *layouts, int n) {
+  const int B = 2, m = 8;
+  case_t g = {1, ranks, 1, PAR_SCHED_GPIPE, m, 1, 0, 0, 0, "adamw", 0}, f = g;
+  f.sched = PAR_SCHED_1F1B;
+  int slots[2];
+  for (int k = 0; k < 2 + n; k++) {
+    if (k < 2 && mc.layers % ranks) continue; /* (4 layers: not over 8 stages) */
+    const case_t *c = k == 0 ? &g : k == 1 ? &f : &layouts[k - 2];
+    char what[160];
+    describe(c, what, sizeof what);
+    double planned, worst = measured_memory(c, B, &slots[k < 2 ? k : 0], &planned);
+    CHECK(fabs(planned / worst - 1) <= 0.10, "%s: the worst rank's %.0f bytes, planner %.0f", what, worst, planned);
     if (rank == 0)
-      printf("pp %d %s m=%d: stage 0 holds %d microbatches, the worst rank %.0f bytes of model states and "
-             "activations (planner %+.1f%%)\n",
-             ranks, k ? "1f1b" : "gpipe", m, info[k].slots, worst, 100 * (planned[k] / worst - 1));
+      printf("%s: the worst rank holds %.0f bytes of model states and activations (planner %+.1f%%)\n", what, worst,
+             100 * (planned / worst - 1));
+    if (k == 1)
+      CHECK(slots[0] == m && slots[1] == ranks - rank, "stage %d holds %d microbatches (GPipe, want %d) and %d "
+            "(1F1B, want %d)", rank, slots[0], m, slots[1], ranks - rank);
+    if (k == 1 && rank == 0)
+      printf("pp %d m=%d: stage 0 holds %d microbatches under GPipe, %d under 1F1B\n", ranks, m, slots[0], slots[1]);
+  }
+}
+
+/* The measured bubble: with every forward made to last 20 ms (a chunk's
+ * share of it) and every backward 40 ms, far above the tiny model's compute,
+ * the share of the step each stage spends outside its forwards and
+ * backwards (1 - par_step_t.pipe_busy_s / seconds) is the schedule's idle share:
+ * (p - 1) / (m + p - 1) for GPipe and 1F1B, (p - 1) / (v m + p - 1)
+ * interleaved. Within 0.03: the compute, the sends and the machine's
+ * scheduling noise are a few ms against the 0.4 s or more of a step, and
+ * a schedule that serialised the stages, or a device that waited for a
+ * send, would idle far more. */
+static void bubble(void) {
+  const int m = 4, p = ranks;
+  case_t cases[] = {{1, p, 1, PAR_SCHED_GPIPE, m, 1, 0, 0, 0, "adamw", 0},
+                    {1, p, 1, PAR_SCHED_1F1B, m, 1, 0, 0, 0, "adamw", 0},
+                    {1, p, 1, PAR_SCHED_INTERLEAVED, m, 2, 0, 0, 0, "adamw", 0}};
+  for (int k = 0; k < 3; k++) {
+    const case_t *c = &cases[k];
+    if (mc.layers % (p * c->v)) continue; /* (4 layers: interleaved over 2 stages only) */
+    par_layout_t lay = layout_of(c, 2);
+    par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
+    par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
+    eo.steps = 2, eo.threads = 1, eo.delay_ops_s = 0.02;
+    par_engine_t *e = make_engine(&mc, &lay, &oc, &eo);
+    par_data_t *d = markov_data(mc.seq);
+    par_step_t st;
+    double share[2] = {0, 0};
+    for (int s = 0; s < 2; s++) CHECK(par_engine_step(e, d, &st) == 0, "step: %s", par_engine_error(e));
+    share[0] = 1 - st.pipe_busy_s / st.seconds;
+    MPI_Allreduce(MPI_IN_PLACE, share, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double got = share[0] / p, want = (p - 1.0) / (c->v * m + p - 1.0);
+    CHECK(fabs(got - want) <= 0.03, "%s over %d stages, m = %d: idle share %.3f, the schedule's %.3f",
+          sched_name(c->sched), p, m, got, want);
+    if (rank == 0)
+      printf("pp %d %s m=%d%s: measured idle share %.3f, the schedule's (p - 1) / (%sm + p - 1) = %.3f\n", p,
+             sched_name(c->sched), m, c->v > 1 ? " interleave 2" : "", got, c->v > 1 ? "v " : "", want);
+    par_engine_destroy(e), par_data_destroy(d);
   }
 }
 
@@ -226,7 +310,7 @@ static par_data_t *bad_tokens(const char *dir) {
  * computing, every rank returns its error in that step, and the next step
  * works. */
 static void fault(const char *dir) {
-  case_t c = {1, ranks, 1, PAR_SCHED_1F1B, 4, 1, 0, 0, 0, "adamw"};
+  case_t c = {1, ranks, 1, PAR_SCHED_1F1B, 4, 1, 0, 0, 0, "adamw", 0};
   par_engine_t *e = engine(MPI_COMM_WORLD, &c, 2);
   par_data_t *good = markov_data(mc.seq), *bad = rank == 0 ? bad_tokens(dir) : NULL;
   par_step_t st;
@@ -258,7 +342,7 @@ static void reshard(const char *dir, const case_t *save, const case_t *loads, in
   float *saved = malloc(na * 4), *full = malloc(np * 4), *mine = malloc(np * 4), *want = malloc(np * 4);
   par_engine_get_params(a, saved);
   par_data_destroy(d);
-  case_t one = {1, 1, 1, PAR_SCHED_1F1B, 1, 1, 0, 0, 0, "adamw"};
+  case_t one = {1, 1, 1, PAR_SCHED_1F1B, 1, 1, 0, 0, 0, "adamw", 0};
   par_engine_t *s = engine(MPI_COMM_SELF, &one, 2);
   d = markov_data(mc.seq);
   long step = 0;
@@ -306,34 +390,47 @@ int main(int argc, char **argv) {
   const par_schedule_t G = PAR_SCHED_GPIPE, F = PAR_SCHED_1F1B, I = PAR_SCHED_INTERLEAVED;
   if (ranks == 2) {
     const case_t cases[] = {
-        {1, 2, 1, G, 4, 1, 0, 0, 0, "adamw"}, {1, 2, 1, F, 4, 1, 0, 0, 0, "adamw"},
-        {1, 2, 1, F, 1, 1, 0, 0, 0, "lamb"},  {1, 2, 1, I, 4, 2, 0, 0, 0, "adamw"},
-        {1, 2, 1, F, 3, 1, 1, 0, 0, "lamb"},  {1, 2, 1, I, 2, 2, 1, 0, 0, "lamb"},
+        {1, 2, 1, G, 4, 1, 0, 0, 0, "adamw", 0}, {1, 2, 1, F, 4, 1, 0, 0, 0, "adamw", 0},
+        {1, 2, 1, F, 1, 1, 0, 0, 0, "lamb", 0},  {1, 2, 1, I, 4, 2, 0, 0, 0, "adamw", 0},
+        {1, 2, 1, F, 3, 1, 1, 0, 0, "lamb", 0},  {1, 2, 1, I, 2, 2, 1, 0, 0, "lamb", 0},
+        {2, 1, 1, F, 2, 1, 1, 0, 0, "adamw", 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) equiv(&cases[k]);
-    inflight();
+    const case_t layouts[] = {{2, 1, 1, F, 2, 1, 1, 0, 0, "adamw", 1}};
+    memory(layouts, 1);
+    part_volume(&layouts[0], 2);
+    bubble();
     fault(dir);
-    const case_t loads[] = {{2, 1, 1, F, 1, 1, 0, 0, 0, "adamw"}, {1, 1, 2, F, 1, 1, 0, 1, 0, "adamw"}};
-    const case_t save = {1, 2, 1, I, 2, 2, 0, 0, 0, "adamw"};
+    const case_t loads[] = {{2, 1, 1, F, 1, 1, 0, 0, 0, "adamw", 0}, {1, 1, 2, F, 1, 1, 0, 1, 0, "adamw", 0}};
+    const case_t save = {1, 2, 1, I, 2, 2, 0, 0, 0, "adamw", 0};
     reshard(dir, &save, loads, 2);
   } else if (ranks == 4) {
     const case_t cases[] = {
-        {1, 4, 1, F, 8, 1, 0, 0, 0, "adamw"}, {1, 2, 2, F, 4, 1, 0, 1, 0, "adamw"},
-        {2, 2, 1, F, 4, 1, 0, 0, 1, "adamw"}, {2, 2, 1, G, 2, 1, 1, 0, 0, "lamb"},
-        {1, 2, 2, I, 4, 2, 0, 1, 0, "lamb"},  {1, 4, 1, G, 5, 1, 0, 0, 0, "lamb"},
+        {1, 4, 1, F, 8, 1, 0, 0, 0, "adamw", 0}, {1, 2, 2, F, 4, 1, 0, 1, 0, "adamw", 0},
+        {2, 2, 1, F, 4, 1, 0, 0, 1, "adamw", 0}, {2, 2, 1, G, 2, 1, 1, 0, 0, "lamb", 0},
+        {1, 2, 2, I, 4, 2, 0, 1, 0, "lamb", 0},  {1, 4, 1, G, 5, 1, 0, 0, 0, "lamb", 0},
+        {2, 2, 1, F, 4, 1, 1, 0, 0, "lamb", 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) equiv(&cases[k]);
-    inflight();
+    const case_t layouts[] = {{2, 2, 1, F, 4, 1, 0, 0, 1, "adamw", 0},
+                              {2, 2, 1, G, 4, 1, 1, 0, 0, "adamw", 0},
+                              {2, 2, 1, G, 4, 1, 1, 0, 0, "adamw", 1}};
+    memory(layouts, 3);
+    part_volume(&layouts[2], 2);
+    bubble();
     fault(dir);
   } else if (ranks == 8) {
     const case_t cases[] = {
-        {2, 2, 2, F, 4, 1, 0, 1, 1, "adamw"}, {2, 2, 2, I, 2, 2, 1, 1, 0, "lamb"},
-        {4, 2, 1, G, 2, 1, 0, 0, 1, "adamw"}, {1, 4, 2, F, 8, 1, 0, 1, 0, "lamb"},
+        {2, 2, 2, F, 4, 1, 0, 1, 1, "adamw", 0}, {2, 2, 2, I, 2, 2, 1, 1, 0, "lamb", 0},
+        {4, 2, 1, G, 2, 1, 0, 0, 1, "adamw", 0}, {1, 4, 2, F, 8, 1, 0, 1, 0, "lamb", 0},
+        {2, 2, 2, F, 4, 1, 1, 1, 0, "adamw", 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) equiv(&cases[k]);
+    const case_t layouts[] = {{2, 2, 2, F, 4, 1, 0, 1, 1, "adamw", 0}, {2, 4, 1, F, 8, 1, 0, 0, 0, "adamw", 0}};
+    memory(layouts, 2);
     /* saved under tp 2 x pp 2 x dp 2; loaded under tp 1 x pp 4 x dp 2 and tp 4 x pp 2 */
-    const case_t save = {2, 2, 2, F, 2, 1, 0, 1, 0, "adamw"};
-    const case_t loads[] = {{1, 4, 2, F, 4, 1, 0, 1, 0, "adamw"}, {4, 2, 1, G, 2, 1, 0, 0, 0, "adamw"}};
+    const case_t save = {2, 2, 2, F, 2, 1, 0, 1, 0, "adamw", 0};
+    const case_t loads[] = {{1, 4, 2, F, 4, 1, 0, 1, 0, "adamw", 0}, {4, 2, 1, G, 2, 1, 0, 0, 0, "adamw", 0}};
     reshard(dir, &save, loads, 2);
   }
   if (rank == 0) rmdir(dir);

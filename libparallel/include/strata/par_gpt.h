@@ -123,10 +123,16 @@ typedef struct {
    * keeps the activations of its own blocks only (the first virtual stage
    * also embeds, the last one holds the head and loss; both use wte). */
   int stages, stage, interleave;
+  /* With recompute and tp (without seq_parallel, whose inputs are split
+   * already): DeepSpeed's partitioned activation checkpoints (Rajbhandari
+   * et al., arXiv 1910.02054 sec. 6.1): each block's kept input is split
+   * over the tensor group (each rank keeps B T / t of its rows) and
+   * all-gathered before the block is recomputed in backward. */
+  int partition_activations;
 } par_gpt_options_t;
 #define PAR_GPT_OPTIONS_DEFAULTS                                                                   \
   {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0, .stages = 1,     \
-   .stage = 0, .interleave = 1}
+   .stage = 0, .interleave = 1, .partition_activations = 0}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */
@@ -232,7 +238,8 @@ STRATA_API int par_gpt_device(const par_gpt_t *model);
  * In backward, PAR_GPT_DOUT receives dL/d(output) before the chunk's
  * backward (unless it holds the loss), and PAR_GPT_DIN holds dL/d(input)
  * after it (unless it embeds); those two are one buffer, shared by the
- * slots and overwritten by the next backward. Under sequence parallelism
+ * slots and overwritten by the next backward (with partitioned activation
+ * checkpoints PAR_GPT_IN is shared too: fill it just before the forward). Under sequence parallelism
  * the buffers hold this rank's B T / t tokens. The whole model is the
  * single chunk 0 of a single stage: par_gpt_forward is stage_forward of
  * slot 0, chunk 0.

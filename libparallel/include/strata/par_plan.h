@@ -120,6 +120,9 @@ typedef struct {
   double device_reserved_bytes; /* CUDA context, GEMM workspace, allocator fragmentation */
   double cpu_reserved_bytes;    /* per node, OS + framework + data loader */
   double token_budget;      /* tokens for the "days to train" column */
+  double keep_stage_outputs; /* 1: a pipeline stage keeps its output for each microbatch in
+                               flight until that microbatch's backward (strata's engine);
+                               0: frees it once sent (Megatron's deallocate_pipeline_outputs) */
 } par_plan_params_t;
 #define PAR_PLAN_PARAMS_DEFAULTS                                                                   \
   {.gemm_efficiency = 0.7445, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                    \
@@ -132,7 +135,7 @@ typedef struct {
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
    .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .shard_align = 16.0,                \
    .device_reserved_bytes = 1.5e9,                                                                \
-   .cpu_reserved_bytes = 32e9, .token_budget = 300e9}
+   .cpu_reserved_bytes = 32e9, .token_budget = 300e9, .keep_stage_outputs = 0.0}
 
 /* The parameters that describe strata's own GPT and training engine on the
  * CPU: 16 h-wide activations kept per token per block, no attention scores

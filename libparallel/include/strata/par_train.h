@@ -108,6 +108,10 @@ typedef struct {
   /* Testing: seconds to wait before posting each gradient reduction, to
    * show that backward goes on while reductions are in flight; 0. */
   double delay_reductions_s;
+  /* Testing: with pipeline stages, each forward of a chunk first sleeps
+   * this many seconds divided by the interleave, and each backward twice
+   * that, so that a test sees the schedule's own timing; 0. */
+  double delay_ops_s;
   /* fp16 (layout.precision): dynamic loss scaling (arXiv 1710.03740 sec.
    * 3.2) starting at loss_scale (0: 65536), halved at each step whose
    * gradients overflow (skipped, on every rank alike), doubled after
@@ -119,7 +123,7 @@ typedef struct {
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
    .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
-   .loss_scale = 0.0, .loss_scale_window = 0}
+   .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate) and trains it: dp x tp x pp ranks (sp = 1) with
@@ -165,9 +169,10 @@ typedef struct {
    * parameters needed, its gradients complete) with that first reduction
    * still in flight (0: never): it went on computing meanwhile. */
   double inflight_s;
-  /* Pipeline parallelism: seconds this rank waited for a neighbouring
-   * stage's activations or gradients (the schedule's bubble, measured). */
-  double pipe_wait_s;
+  /* Pipeline parallelism: seconds this rank spent in its forwards and
+   * backwards; the rest of the step is its bubble (waits for the
+   * neighbouring stages), communication and the update. */
+  double pipe_busy_s;
 } par_step_t;
 
 /* One optimizer step: this rank's next batch from data (par_data_next, its

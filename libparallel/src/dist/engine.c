@@ -100,6 +100,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   if (lay->sp != 1)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout sp %d: this engine trains tensor, pipeline and data parallel with ZeRO (sp = 1)", lay->sp);
+  if (lay->partition_activations && !mc->recompute)
+    return engine_fail(e, 1, STRATA_EINVAL,
+                       "layout: partitioned activation checkpoints need the model's recompute (they split the "
+                       "block inputs it keeps)");
   if (lay->pp == 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: the interleaved schedule needs pipeline stages (pp %d)", lay->pp);
   /* The mesh (Megatron's order): tensor groups of consecutive ranks (one
@@ -167,9 +171,9 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     if (e->interleave > 1) snprintf(pipe + k, sizeof pipe - (size_t)k, " interleave=%d", e->interleave);
   }
   snprintf(e->layout_desc, sizeof e->layout_desc,
-           "dp=%d tp=%d%s pp=%d%s sp=1 zero=%d precision=%s ranks=%d threads=%d", lay->dp, e->tp_size,
-           lay->seq_parallel ? " seq_parallel" : "", e->pp, pipe, e->zero, precs[lay->precision], e->wsize,
-           e->opts.threads);
+           "dp=%d tp=%d%s%s pp=%d%s sp=1 zero=%d precision=%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           lay->seq_parallel ? " seq_parallel" : "", lay->partition_activations ? " partition_activations" : "", e->pp,
+           pipe, e->zero, precs[lay->precision], e->wsize, e->opts.threads);
   e->loss_ranks = e->wsize / e->pp; /* the last stage's */
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
@@ -190,6 +194,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   go.tp = e->tpc;   /* Megatron's tensor parallelism inside the model */
   go.seq_parallel = lay->seq_parallel;
   go.stages = e->pp, go.stage = e->stage, go.interleave = e->interleave;
+  go.partition_activations = lay->partition_activations;
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);
@@ -491,7 +496,7 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   e->pending_rc = STRATA_OK;
   double ctl[3] = {l, e->stop_flag && *e->stop_flag ? 1 : 0, local != STRATA_OK ? 1 : 0};
   out->loss_scale = lscale;
-  out->pipe_wait_s = e->t_wait;
+  out->pipe_busy_s = e->t_busy;
   if (e->wsize > 1) { /* every rank: the tensor ranks of a group hold the same loss */
     comm_t *c = ctl_comm(e);
     if ((rc = comm_allreduce(c, ctl, ctl, 3, COMM_F64, COMM_SUM)) != STRATA_OK)

@@ -69,7 +69,7 @@ struct par_engine {
   float *dry;                /* a failed rank's stand-in for the boundary buffers */
   size_t boundary;           /* floats of one boundary message (this rank's tokens x h) */
   int loss_ranks;            /* ranks whose loss the step's mean counts (the last stage's) */
-  double t_wait;             /* this step: seconds spent waiting for a neighbour's message */
+  double t_busy;             /* this step: seconds spent in forwards and backwards */
   int zero;         /* ZeRO stage */
   int accum;        /* microbatches per step: global_batch / (dp * microbatch) */
   int seq;          /* tokens per sample */

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine_internal.h"
 
@@ -84,11 +85,9 @@ void pipe_destroy(par_engine_t *e) {
   e->pipe = NULL;
 }
 
-/* Blocks until the message from stage `peer` is in buf, counting the wait. */
+/* Blocks until the message from stage `peer` is in buf. */
 static int recv(par_engine_t *e, float *buf, int peer, int tag) {
-  double t0 = engine_now();
   int rc = comm_recv(e->ppc, buf, e->boundary, COMM_F32, peer, tag);
-  e->t_wait += engine_now() - t0;
   return rc ? pfail(e, e->ppc, rc) : STRATA_OK;
 }
 
@@ -101,6 +100,11 @@ static float *grad_buffer(par_engine_t *e, size_t i) {
     if (tensor_alloc(e->tc, &t, TENSOR_F32, e->device, 1, &n) == STRATA_OK) e->gsend[i] = t.data;
   }
   return e->gsend[i];
+}
+
+static void delay(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+  if (s > 0) nanosleep(&ts, NULL);
 }
 
 static int take_slot(par_engine_t *e, int mb) {
@@ -132,9 +136,12 @@ static int run_op(par_engine_t *e, const par_pipe_op_t *o, int *failed, double *
       if ((rc = recv(e, in ? in : e->dry, prev, vs - 1))) return rc;
     }
     float loss = 0;
+    double t0 = engine_now();
+    delay(e->opts.delay_ops_s / v);
     if (!*failed && (rc = par_gpt_stage_forward(e->model, slot, c, e->in_all + (size_t)mb * bt,
                                                 e->tg_all + (size_t)mb * bt, B, e->seq, &loss)))
       *failed = e->hook_rc ? rc : model_fail(e, rc, "forward");
+    e->t_busy += engine_now() - t0;
     if (e->hook_rc) return e->hook_rc;
     if (!*failed && head) *lsum += loss;
     if (vs < P - 1) {
@@ -153,8 +160,11 @@ static int run_op(par_engine_t *e, const par_pipe_op_t *o, int *failed, double *
     float *d = *failed ? NULL : par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_DOUT, B, e->seq, &n);
     if ((rc = recv(e, d ? d : e->dry, next, P + vs))) return rc;
   }
+  double t0 = engine_now();
+  delay(2 * e->opts.delay_ops_s / v);
   if (!*failed && (rc = par_gpt_stage_backward(e->model, slot, c)))
     *failed = e->hook_rc ? rc : model_fail(e, rc, "backward");
+  e->t_busy += engine_now() - t0;
   if (e->hook_rc) return e->hook_rc;
   /* a failed rank still posts the reductions the others post */
   if (*failed && (rc = state_replay_backward(e, e->events, first, first + count))) return rc;
@@ -180,7 +190,7 @@ int pipe_local_step(par_engine_t *e, par_data_t *data, double *loss_out) {
   size_t bt = (size_t)B * (size_t)e->seq;
   char msg[sizeof e->err] = "";
   double lsum = 0;
-  e->t_wait = 0;
+  e->t_busy = 0;
   if ((rc = state_zero_grads(e))) return rc;
   for (int k = 0; k < m && !failed; k++) /* every stage reads them: the data position stays the run's */
     if ((rc = par_data_next(data, e->rank, e->size, B, e->in_all + (size_t)k * bt, e->tg_all + (size_t)k * bt)))
@@ -234,7 +244,6 @@ int pipe_forward_only(par_engine_t *e, const int32_t *in, const int32_t *tg, flo
   int p = e->pp, v = e->interleave, P = p * v, B = e->layout.microbatch, rc;
   size_t n;
   *loss = NAN;
-  e->t_wait = 0;
   for (int c = 0; c < v; c++) {
     int vs = c * p + e->stage, prev = (vs + P - 1) % p, next = (vs + 1) % p;
     e->events = 0;

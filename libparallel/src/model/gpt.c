@@ -260,6 +260,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
       goto fail;
     }
     m->sp = m->opts.seq_parallel && m->tp_size > 1;
+    m->part = m->opts.partition_activations && cfg->recompute && m->tp_size > 1 && !m->sp;
     if (cfg->vocab % m->tp_size) {
       rc = gpt_seterr(NULL, STRATA_EINVAL,
                       "par_gpt_create: a vocabulary of %d does not divide over a tensor-parallel group of %d "
@@ -294,6 +295,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
     for (int l = 0; l < m->chunk_layers; l++) m->held[(c * m->stages + m->stage) * m->chunk_layers + l] = 1;
   m->has_embed = m->held[0], m->has_head = m->held[cfg->layers - 1];
   m->loss_scale = 1.0f;
+  m->scratch_layer = -1;
   m->device = m->opts.device < 0 ? TENSOR_CPU : m->opts.device;
   tensor_ctx_options_t to = TENSOR_CTX_OPTIONS_DEFAULTS;
   to.threads = m->opts.threads;
@@ -383,13 +385,13 @@ static void free_acts(par_gpt_t *m) {
 static void slot_save(par_gpt_t *m, gpt_slot_t *s) {
   *s = (gpt_slot_t){.act_store = m->act_store, .ids_store = m->ids_store, .host_losses = m->host_losses,
                     .host_ids = m->host_ids, .x = m->x, .acts = m->acts, .cap_bt = m->cap_bt, .B = m->B,
-                    .T = m->T, .have_targets = m->have_targets, .scratch_layer = m->scratch_layer};
+                    .T = m->T, .have_targets = m->have_targets};
 }
 
 static void slot_load(par_gpt_t *m, const gpt_slot_t *s) {
   m->act_store = s->act_store, m->ids_store = s->ids_store, m->host_losses = s->host_losses;
   m->host_ids = s->host_ids, m->x = s->x, m->acts = s->acts, m->cap_bt = s->cap_bt;
-  m->B = s->B, m->T = s->T, m->have_targets = s->have_targets, m->scratch_layer = s->scratch_layer;
+  m->B = s->B, m->T = s->T, m->have_targets = s->have_targets;
 }
 
 void gpt_use_slot(par_gpt_t *m, int k) {
@@ -448,23 +450,28 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int t = m->tp_size, L = m->cfg.layers, NH = m->cfg.heads / t;
   int64_t C = m->cfg.hidden, V = m->cfg.vocab, R = (int64_t)B * T;
   int nheld = 0, nx = 0, head = m->has_head;
-  for (int l = 0; l <= L; l++) /* the residual streams held: each held block's input and output */
-    nx += (l < L && m->held[l]) || (l > 0 && m->held[l - 1]);
+  int part = m->part, nxp = 0; /* partitioned: the held blocks' inputs are B T / t rows */
+  for (int l = 0; l <= L; l++) { /* the residual streams held: each held block's input and output */
+    int input = l < L && m->held[l];
+    nx += (!part || !input) && (input || (l > 0 && m->held[l - 1]));
+    nxp += part && input;
+  }
   for (int l = 0; l < L; l++) nheld += m->held[l];
-  int nsets = m->cfg.recompute ? 1 : nheld;
+  int nsets = m->cfg.recompute ? 0 : nheld; /* with recompute: one set in the shared scratch */
   /* this rank's share of the split activations: qkv, attention output, MLP hidden */
   int64_t C3 = 3 * C / t, Ca = C / t, C4 = 4 * C / t;
   int64_t per_set = R * (3 * C + C3 + Ca + 2 * C4) + 4 * R + R * NH;
   int64_t Vl = V / t; /* this rank's vocabulary slice (logits) */
   /* sequence parallel: the residual stream, layernorms and adds on this rank's R / t tokens */
   int sp = m->sp;
-  if (sp && R % t)
-    return gpt_seterr(m, STRATA_EINVAL, "par_gpt: B*T = %lld tokens do not divide over a sequence-parallel group of %d",
-                      (long long)R, t);
+  if ((sp || part) && R % t)
+    return gpt_seterr(m, STRATA_EINVAL, "par_gpt: B*T = %lld tokens do not divide over a %s group of %d",
+                      (long long)R, sp ? "sequence-parallel" : "tensor-parallel (partitioned checkpoints)", t);
   int64_t Rl = sp ? R / t : R;
   if (sp) per_set = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + 4 * Rl + R * NH;
-  int64_t acts_n = nx * Rl * C + nsets * per_set + (head ? R * C + 2 * Rl + 2 * R + R * Vl : 0);
-  int64_t grads_n = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (head ? R * Vl : 0) + (sp ? 2 * R * C + 4 * C : 0);
+  int64_t acts_n = nx * Rl * C + nxp * (R / t) * C + nsets * per_set + (head ? R * C + 2 * Rl + 2 * R + R * Vl : 0);
+  int64_t grads_n = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (head ? R * Vl : 0) + (sp ? 2 * R * C + 4 * C : 0) +
+                    (m->cfg.recompute && nheld ? per_set : 0) + (part ? 2 * R * C : 0);
   if (R > m->cap_bt) {
     free_acts(m);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
@@ -493,6 +500,7 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
       goto fail;
     }
     m->g_cap = R;
+    m->scratch_layer = -1; /* (the recompute set was there) */
   }
   float *p = m->act_store.data;
   int dev = m->device;
@@ -502,15 +510,14 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
 #define L3(t, c) (t) = sp ? tensor_view3(p, TENSOR_F32, dev, 1, Rl, (c)) : tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += Rl * (c)
 #define L2(t) (t) = sp ? tensor_view2(p, TENSOR_F32, dev, 1, Rl) : tensor_view2(p, TENSOR_F32, dev, B, T), p += Rl
   for (int l = 0; l <= L; l++)
-    if ((l < L && m->held[l]) || (l > 0 && m->held[l - 1])) L3(m->x[l], C);
-  for (int l = 0, sets = 0; l < L && sets < nsets; l++) { /* by block; with recompute one scratch set, acts[0] */
-    if (!m->held[l]) continue;
-    gpt_acts_t *a = &m->acts[m->cfg.recompute ? 0 : l];
-    sets++;
-    L3(a->ln1, C), L2(a->ln1_mean), L2(a->ln1_rstd), T3(a->qkv, C3), T3(a->atty, Ca);
-    a->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH;
-    L3(a->res2, C), L3(a->ln2, C), L2(a->ln2_mean), L2(a->ln2_rstd), T3(a->fch, C4), T3(a->fch_gelu, C4);
-  }
+    if (part && l < L && m->held[l]) m->x[l] = tensor_view3(p, TENSOR_F32, dev, 1, R / t, C), p += R / t * C;
+    else if ((l < L && m->held[l]) || (l > 0 && m->held[l - 1])) L3(m->x[l], C);
+#define SET(a)                                                                                     \
+  L3((a)->ln1, C), L2((a)->ln1_mean), L2((a)->ln1_rstd), T3((a)->qkv, C3), T3((a)->atty, Ca),           \
+      (a)->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH, L3((a)->res2, C), L3((a)->ln2, C), \
+      L2((a)->ln2_mean), L2((a)->ln2_rstd), T3((a)->fch, C4), T3((a)->fch_gelu, C4)
+  for (int l = 0; l < L && nsets; l++) /* by block */
+    if (m->held[l]) SET(&m->acts[l]);
   if (head) T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
   p = m->g_store.data; /* scratch that no microbatch keeps: one set, whatever the slots */
   L3(m->tmp, C);
@@ -520,7 +527,9 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     m->spg = tensor_view1(p, TENSOR_F32, dev, 4 * C), p += 4 * C;
   }
   if (head) T3(m->dlogits, Vl);
-  /* dlogits is last: the view arithmetic above must not outgrow the stores. */
+  if (m->cfg.recompute && nheld) SET(&m->acts[0]);
+#undef SET
+  if (part) T3(m->xa, C), T3(m->xb, C);
   int32_t *ids = m->ids_store.data;
   m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);
   m->targets = tensor_view2(ids + m->cap_bt, TENSOR_I32, dev, B, T);

@@ -41,7 +41,7 @@ typedef struct {
   tensor_t *x;
   gpt_acts_t *acts;
   int64_t cap_bt;
-  int B, T, have_targets, scratch_layer;
+  int B, T, have_targets;
 } gpt_slot_t;
 
 typedef struct {
@@ -59,6 +59,9 @@ struct par_gpt {
   struct comm *tp;      /* tensor-parallel group (opts.tp), or NULL */
   int tp_rank, tp_size; /* 0 and 1 without one */
   int sp;               /* sequence parallelism (opts.seq_parallel with tp_size > 1) */
+  int part;             /* partitioned activation checkpoints (opts.partition_activations with
+                           recompute, tp_size > 1 and no sp): x[l] of a held block is this rank's
+                           B T / t rows; xa, xb the whole ones in use */
   tensor_ctx_t *tc;
   int device;
   tensor_t params, grads; /* flat f32 */
@@ -83,12 +86,15 @@ struct par_gpt {
   tensor_t act_store;   /* one allocation holding everything below */
   tensor_t *x;          /* L+1 residual streams (B,T,h): x[0] embeddings, x[l+1] block outputs
                            (those of the held blocks) */
-  gpt_acts_t *acts;     /* L sets (those of the held blocks), or 1 scratch set with recompute */
-  int scratch_layer;    /* with recompute: the block whose activations the scratch set holds */
+  gpt_acts_t *acts;     /* L sets (those of the held blocks), or with recompute 1 scratch set
+                           in the shared scratch (g_store) */
+  int scratch_layer;    /* with recompute: the block whose activations the scratch set holds (-1: none) */
+  int scratch_slot;     /* and of which slot (the set is shared by the slots) */
   tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
   tensor_t ids_store;       /* 2 * cap_bt i32 on the device: tokens, then targets */
   tensor_t tokens, targets; /* (B,T) views into ids_store */
   tensor_t tmp;             /* (B,T,h); sequence parallel: this rank's (1,R/t,h) */
+  tensor_t xa, xb;          /* partitioned checkpoints: (B,T,h) block inputs and outputs in use */
   tensor_t gath, dfull;     /* sequence parallel: (B,T,h) gathered layernorm outputs and gradients */
   tensor_t spg;             /* sequence parallel: 4 h token-partial layernorm gradients of a block */
   /* gradient scratch, reused by every block */

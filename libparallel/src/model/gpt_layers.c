@@ -162,7 +162,7 @@ static int sp_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *
   if ((rc = sp_scatter(m, &m->tmp, &m->dfull))) goto fail;
   T_(tensor_bias_add_forward(tc, &m->tmp, &m->tmp, &k->fcproj.b));
   T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
-  m->scratch_layer = l;
+  m->scratch_layer = l, m->scratch_slot = m->cur;
 fail:
   return rc;
 }
@@ -218,7 +218,7 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
   T_(tensor_gelu_forward(tc, &a->fch_gelu, &a->fch));
   if ((rc = row_parallel_forward(m, &m->tmp, &a->fch_gelu, &k->fcproj))) goto fail;
   T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
-  m->scratch_layer = l;
+  m->scratch_layer = l, m->scratch_slot = m->cur;
 fail:
   return rc;
 }
@@ -331,6 +331,15 @@ static int hook(par_gpt_t *m, par_gpt_event_t ev, int r, int backward) {
   return STRATA_OK;
 }
 
+/* Partitioned checkpoints: keeps this rank's rows of a block's whole input. */
+static int part_keep(par_gpt_t *m, tensor_t *keep, const tensor_t *whole) {
+  int64_t n = tensor_numel(keep);
+  tensor_t rows = tensor_view1((float *)whole->data + (int64_t)m->tp_rank * n, TENSOR_F32, m->device, n);
+  tensor_t dst = tensor_view1(keep->data, TENSOR_F32, m->device, n);
+  int rc = tensor_copy(m->tc, &dst, &rows);
+  return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
+}
+
 /* Forward of blocks [l0, l1) of the slot in use (prepared; tokens and
  * targets in place; x[l0] filled unless l0 = 0). The hook hears: NEED 0
  * when embedding; NEED, DONE of each block; with the head NEED L+1 (and
@@ -338,12 +347,16 @@ static int hook(par_gpt_t *m, par_gpt_event_t ev, int r, int backward) {
  * DONE 0 after the blocks when embedding without the head. */
 static int run_forward(par_gpt_t *m, int l0, int l1, int with_targets, float *loss) {
   int rc, L = m->cfg.layers, embed = l0 == 0, head = l1 == L;
-  if (embed && ((rc = hook(m, PAR_GPT_NEED, 0, 0)) || (rc = gpt_embed_forward(m, &m->x[0], &m->tokens)))) return rc;
-  for (int l = l0; l < l1; l++)
-    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 0)) ||
-        (rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1])) ||
-        (rc = hook(m, PAR_GPT_DONE, l + 1, 0)))
+  /* partitioned checkpoints: whole inputs in xa / xb, each block's rows kept in x[l] */
+  tensor_t *in = m->part ? &m->xa : &m->x[l0];
+  if (embed && ((rc = hook(m, PAR_GPT_NEED, 0, 0)) || (rc = gpt_embed_forward(m, in, &m->tokens)))) return rc;
+  for (int l = l0; l < l1; l++) {
+    tensor_t *out = !m->part || l == l1 - 1 ? &m->x[l + 1] : in == &m->xa ? &m->xb : &m->xa;
+    if ((rc = hook(m, PAR_GPT_NEED, l + 1, 0)) || (rc = gpt_block_forward(m, l, acts_of(m, l), in, out)) ||
+        (m->part && (rc = part_keep(m, &m->x[l], in))) || (rc = hook(m, PAR_GPT_DONE, l + 1, 0)))
       return rc;
+    in = out;
+  }
   if (head && ((rc = hook(m, PAR_GPT_NEED, L + 1, 0)) || (!embed && (rc = hook(m, PAR_GPT_NEED, 0, 0))) ||
                (rc = gpt_head_forward(m, &m->x[L], with_targets, loss)) || (rc = hook(m, PAR_GPT_DONE, L + 1, 0))))
     return rc;
@@ -368,10 +381,16 @@ static int run_backward(par_gpt_t *m, int l0, int l1) {
     if ((rc = hook(m, PAR_GPT_NEED, l + 1, 1))) return rc;
     /* With recompute only the block inputs were kept: rebuild this block's
      * activations (its output is rewritten with the same values) unless
-     * the scratch set still holds them. */
-    if (m->cfg.recompute && m->scratch_layer != l)
-      if ((rc = gpt_block_forward(m, l, acts_of(m, l), &m->x[l], &m->x[l + 1]))) return rc;
-    if ((rc = gpt_block_backward(m, l, acts_of(m, l), &m->x[l])) || (rc = hook(m, PAR_GPT_GRADS, l + 1, 1)) ||
+     * the scratch set still holds them. Partitioned, the input's rows are
+     * gathered first (into xa; the output goes to xb). */
+    tensor_t *x = &m->x[l], *y = &m->x[l + 1];
+    if (m->part) {
+      if ((rc = gpt_tp_allgather(m, m->xa.data, x->data, (size_t)tensor_numel(x)))) return rc;
+      x = &m->xa, y = &m->xb;
+    }
+    if (m->cfg.recompute && (m->scratch_layer != l || m->scratch_slot != m->cur))
+      if ((rc = gpt_block_forward(m, l, acts_of(m, l), x, y))) return rc;
+    if ((rc = gpt_block_backward(m, l, acts_of(m, l), x)) || (rc = hook(m, PAR_GPT_GRADS, l + 1, 1)) ||
         (rc = hook(m, PAR_GPT_DONE, l + 1, 1)))
       return rc;
   }
@@ -463,7 +482,7 @@ float *par_gpt_stage_buffer(par_gpt_t *m, int slot, int chunk, par_gpt_io_t whic
   if ((which == PAR_GPT_OUT || which == PAR_GPT_DOUT) && l1 == L) return NULL;
   gpt_use_slot(m, slot);
   if (gpt_prepare(m, B, T)) return NULL;
-  const tensor_t *t = which == PAR_GPT_IN ? &m->x[l0] : which == PAR_GPT_OUT ? &m->x[l1] : &m->dres;
+  const tensor_t *t = which == PAR_GPT_IN ? (m->part ? &m->xa : &m->x[l0]) : which == PAR_GPT_OUT ? &m->x[l1] : &m->dres;
   if (count) *count = (size_t)tensor_numel(t);
   return t->data;
 }

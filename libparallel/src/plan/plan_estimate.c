@@ -235,8 +235,12 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
    * plus the fp32 working copy of the vocab-parallel cross-entropy (its
    * gradient), one at a time. */
   if (last) act += tok * v / (oned ? tpd : pdiv) * (inflight * e + 4.0);
-  /* (and each one's final layernorm output, which the head's weight gradient reads) */
-  if (last && l->pp > 1) act += (inflight - 1.0) * tok * h * e;
+  /* (and each one's final layernorm input and output, which its backward
+   * and the head's weight gradient read; one of each is in the terms above) */
+  if (last && l->pp > 1) act += 2.0 * (inflight - 1.0) * tok * h * e;
+  /* A stage's output, sent to the next, for each microbatch in flight, when
+   * kept until the microbatch's backward (params.keep_stage_outputs). */
+  if (!last) act += p->keep_stage_outputs * inflight * tok * h * e / (seqpar ? tpd : 1.0);
   out->mem[PAR_MEM_ACTIV] = act;
 
   /* Communication buffers: gradient buckets when gradients are reduced or
