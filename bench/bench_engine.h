@@ -6,11 +6,27 @@
 #define STRATA_BENCH_ENGINE_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include <strata/parallel.h>
 
 static const char *bench_name = "bench";
+
+/* MPI started and bench_name set; the program ends (status 1) unless it
+ * runs on `need` ranks. */
+static void bench_init(int *argc, char ***argv, const char *name, int need, int *rank) {
+  int ranks;
+  MPI_Init(argc, argv);
+  bench_name = name;
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks != need) {
+    if (*rank == 0) fprintf(stderr, "%s: run with mpirun -np %d\n", name, need);
+    MPI_Finalize();
+    exit(1);
+  }
+}
 
 static par_engine_t *bench_engine(const par_gpt_config_t *mc, const par_layout_t *lay,
                                   const par_engine_options_t *eo) {

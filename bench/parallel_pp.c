@@ -38,16 +38,8 @@ static par_engine_t *engine(MPI_Comm comm, int pp) {
 }
 
 int main(int argc, char **argv) {
-  int rank, ranks;
-  MPI_Init(&argc, &argv);
-  bench_name = "bench_parallel_pp";
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (ranks != 2) {
-    if (rank == 0) fprintf(stderr, "bench_parallel_pp: run with mpirun -np 2\n");
-    MPI_Finalize();
-    return 1;
-  }
+  int rank;
+  bench_init(&argc, &argv, "bench_parallel_pp", 2, &rank);
   int steps = argc > 1 ? atoi(argv[1]) : 4, repeats = argc > 2 ? atoi(argv[2]) : 2;
   double serial = 0, pp = 0, tokens = (double)BATCH * M * mc.seq, wait = 0, step_s = 0;
   par_engine_t *one = rank == 0 ? engine(MPI_COMM_SELF, 1) : NULL, *two = engine(MPI_COMM_WORLD, 2);

@@ -271,3 +271,51 @@ Test(estimate, print_report) {
                 strstr(buf, "MFU") && strstr(buf, "tokens/s") && strstr(buf, "days"),
             "%s", buf);
 }
+
+/* The pipeline's effects on the step, each against its closed form
+ * (docs/planner.md, Time per step): the fill and drain at the pace of the
+ * stages without the head, the embedding group's gradient sum, messages
+ * with and without Megatron's scatter-gather, and the data-parallel
+ * reduction after the flush. */
+Test(estimate, pipeline_effects) {
+  par_gpt_config_t m = {.layers = 16, .hidden = 2048, .heads = 16, .seq = 2048, .vocab = 51200};
+  par_cluster_t c;
+  par_cluster_preset("dgx-a100-80gb", &c, NULL, 0);
+  c.nodes = 8;
+  par_layout_t l = PAR_LAYOUT_DEFAULTS;
+  l.tp = 4, l.pp = 4, l.dp = 4, l.global_batch = 64, l.precision = PAR_PREC_BF16;
+  par_plan_params_t p = PAR_PLAN_PARAMS_DEFAULTS;
+  par_plan_t r;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &r), 0, "%s", r.why);
+  double b = 1, s = 2048, h = 2048, V = 51200, mb = 16, t = 4, wb = 2;
+  /* bubble = (p - 1) (t_mb - head) with t_mb the last stage's microbatch */
+  double t_mb = (r.time[PAR_T_COMPUTE] + r.time[PAR_T_MEMBOUND] + r.time[PAR_T_TP] + r.time[PAR_T_SP]) / mb;
+  double head = 3 * 2 * b * s * h * V / t / (p.gemm_efficiency * c.peak_flops[PAR_PREC_BF16]);
+  double want = 3 * (t_mb - head);
+  cr_expect(fabs(r.time[PAR_T_BUBBLE] - want) < 1e-9 * want, "bubble %g vs %g", r.time[PAR_T_BUBBLE], want);
+  cr_expect(fabs(r.bubble_fraction - 3.0 / 16) < 1e-12, "%g", r.bubble_fraction);
+  /* data parallel: the stage's gradients allreduced, plus wte's V h / t summed by two stages */
+  double grads = r.params_device * wb, dp = 2 * 3.0 / 4 * grads + V * h / t * wb;
+  cr_expect(fabs(r.comm_bytes[PAR_T_DP] - dp) < 1e-9 * dp, "dp bytes %g vs %g", r.comm_bytes[PAR_T_DP], dp);
+  /* pipeline messages: b s h / t each (scatter-gather), 2 m per stage */
+  double msg = b * s * h * wb / t;
+  cr_expect(fabs(r.comm_bytes[PAR_T_PP] - 2 * mb * msg) < 1e-6, "pp bytes %g", r.comm_bytes[PAR_T_PP]);
+  p.pp_scatter_gather = 0; /* every tensor rank sends the whole b s h */
+  par_plan_t w;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &w), 0);
+  cr_expect(fabs(w.comm_bytes[PAR_T_PP] - t * r.comm_bytes[PAR_T_PP]) < 1e-6, "whole messages %g", w.comm_bytes[PAR_T_PP]);
+  cr_expect(w.time[PAR_T_PP] > r.time[PAR_T_PP]);
+  /* after the flush the reduction is exposed; posted during the last microbatch it hides behind its backward */
+  p = (par_plan_params_t)PAR_PLAN_PARAMS_DEFAULTS;
+  p.pp_dp_overlap = 1;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &w), 0);
+  cr_expect(w.time[PAR_T_DP] < r.time[PAR_T_DP], "overlapped %g, after the flush %g", w.time[PAR_T_DP],
+            r.time[PAR_T_DP]);
+  /* without a pipeline the setting changes nothing */
+  l.pp = 1, l.dp = 16;
+  par_plan_t a, z;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &a), 0, "%s", a.why);
+  p.pp_dp_overlap = 0;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &z), 0);
+  cr_expect_eq(a.time[PAR_T_DP], z.time[PAR_T_DP]);
+}

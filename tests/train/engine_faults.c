@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bad_tokens.h"
+
 static int rank, ranks, fails;
 #define CHECK(cond, ...)                                                                           \
   do {                                                                                             \
@@ -59,23 +61,6 @@ static par_data_t *markov(void) {
   return d;
 }
 
-/* A token file whose ids exceed the model's vocabulary of 256. */
-static par_data_t *bad_tokens(const char *dir) {
-  char path[600], err[512];
-  snprintf(path, sizeof path, "%s/bad-%d.u16", dir, rank);
-  FILE *f = fopen(path, "wb");
-  for (int i = 0; i < 4096; i++) {
-    uint16_t t = (uint16_t)(300 + i % 100);
-    fwrite(&t, 2, 1, f);
-  }
-  fclose(f);
-  par_data_options_t o = PAR_DATA_DEFAULTS;
-  o.format = PAR_DATA_U16, o.path = path, o.seq = 16;
-  par_data_t *d = NULL;
-  if (par_data_open(&o, &d, err, sizeof err)) MPI_Abort(MPI_COMM_WORLD, 1);
-  return d;
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -88,7 +73,7 @@ int main(int argc, char **argv) {
     /* 1. The last rank's forward fails at step 3: every rank returns its error. */
     {
       par_engine_t *e = engine(1e-3, "adamw");
-      par_data_t *good = markov(), *bad = rank == last ? bad_tokens(dir) : NULL;
+      par_data_t *good = markov(), *bad = rank == last ? bad_tokens(dir, rank, 16) : NULL;
       par_step_t st;
       int rc = 0, step = 0;
       for (step = 1; step <= 5 && rc == 0; step++)

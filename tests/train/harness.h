@@ -8,6 +8,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strata/parallel.h>
 
 static const char *harness_name = "test";
@@ -77,6 +79,36 @@ static inline void slice_all(par_gpt_t *m, par_gpt_t *serial, const float *full,
 static inline size_t local_count(par_gpt_t *m) {
   const par_gpt_view_t *v = par_gpt_view(m, par_gpt_num_views(m) - 1);
   return v->offset + v->numel;
+}
+
+/* MPI started, the test's name set, and a new temporary folder shared by
+ * the ranks in dir (n bytes), named after the test. */
+static inline void harness_start(int *argc, char ***argv, const char *name, char *dir, size_t n) {
+  MPI_Init(argc, argv);
+  harness_name = name;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  snprintf(dir, n, "%s/strata_%s_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", name);
+  if (rank == 0 && !mkdtemp(dir)) MPI_Abort(MPI_COMM_WORLD, 1);
+  MPI_Bcast(dir, (int)n, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+/* e loads the checkpoint at path (with data d) and then holds this tensor
+ * rank's slice (of tp) of the parameters full of the serial model serial;
+ * a step after it trains. what names e's layout in the failures. */
+static inline void check_loaded(par_engine_t *e, par_data_t *d, const char *path, par_gpt_t *serial,
+                                const float *full, int tp, const char *what) {
+  size_t n = local_count(par_engine_model(e));
+  float *mine = malloc(n * sizeof *mine), *want = malloc(n * sizeof *want);
+  long step = 0;
+  par_step_t st;
+  CHECK(par_engine_load(e, path, d, &step) == 0, "load under %s: %s", what, par_engine_error(e));
+  par_engine_get_params(e, mine);
+  slice_all(par_engine_model(e), serial, full, want, rank % tp);
+  CHECK(!memcmp(want, mine, n * sizeof *mine), "load under %s: not the saved model", what);
+  CHECK(par_engine_step(e, d, &st) == 0 && isfinite(st.loss), "a step after loading under %s: %s", what,
+        par_engine_error(e));
+  free(mine), free(want);
 }
 
 /* The failed checks of every rank; rank 0 prints "NAME np=N: ok" or

@@ -36,6 +36,7 @@
 
 #include <strata/parallel.h>
 
+#include "bad_tokens.h"
 #include "harness.h"
 
 #define STEPS 10
@@ -287,24 +288,6 @@ static void bubble(void) {
   }
 }
 
-/* A token file whose ids exceed the model's vocabulary of 256. */
-static par_data_t *bad_tokens(const char *dir) {
-  char path[600], err[512];
-  snprintf(path, sizeof path, "%s/bad-%d.u16", dir, rank);
-  FILE *f = fopen(path, "wb");
-  for (int i = 0; i < 4096; i++) {
-    uint16_t t = (uint16_t)(300 + i % 100);
-    fwrite(&t, 2, 1, f);
-  }
-  fclose(f);
-  par_data_options_t o = PAR_DATA_DEFAULTS;
-  o.format = PAR_DATA_U16, o.path = path, o.seq = mc.seq;
-  par_data_t *d = NULL;
-  if (par_data_open(&o, &d, err, sizeof err)) MPI_Abort(MPI_COMM_WORLD, 1);
-  unlink(path);
-  return d;
-}
-
 /* The first stage's forward fails in step 2 (its data holds tokens the
  * vocabulary lacks): it passes the schedule's messages on without
  * computing, every rank returns its error in that step, and the next step
@@ -312,7 +295,7 @@ static par_data_t *bad_tokens(const char *dir) {
 static void fault(const char *dir) {
   case_t c = {1, ranks, 1, PAR_SCHED_1F1B, 4, 1, 0, 0, 0, "adamw", 0};
   par_engine_t *e = engine(MPI_COMM_WORLD, &c, 2);
-  par_data_t *good = markov_data(mc.seq), *bad = rank == 0 ? bad_tokens(dir) : NULL;
+  par_data_t *good = markov_data(mc.seq), *bad = rank == 0 ? bad_tokens(dir, rank, mc.seq) : NULL;
   par_step_t st;
   int rc = 0, step;
   for (step = 1; step <= 3 && rc == 0; step++) rc = par_engine_step(e, step == 2 && bad ? bad : good, &st);
@@ -326,6 +309,9 @@ static void fault(const char *dir) {
                         ranks);
   par_data_destroy(bad), par_data_destroy(good);
   par_engine_destroy(e);
+  char path[600];
+  snprintf(path, sizeof path, "%s/bad-%d.u16", dir, rank);
+  unlink(path);
 }
 
 /* Saved under the first layout, every other one holds the same model. */
@@ -339,7 +325,7 @@ static void reshard(const char *dir, const case_t *save, const case_t *loads, in
   for (int k = 0; k < 3; k++) CHECK(par_engine_step(a, d, &st) == 0, "step: %s", par_engine_error(a));
   CHECK(par_engine_save(a, path, d, 3, NULL, 0) == 0, "save: %s", par_engine_error(a));
   size_t na = local_count(par_engine_model(a));
-  float *saved = malloc(na * 4), *full = malloc(np * 4), *mine = malloc(np * 4), *want = malloc(np * 4);
+  float *saved = malloc(na * 4), *full = malloc(np * 4), *want = malloc(np * 4);
   par_engine_get_params(a, saved);
   par_data_destroy(d);
   case_t one = {1, 1, 1, PAR_SCHED_1F1B, 1, 1, 0, 0, 0, "adamw", 0};
@@ -357,13 +343,7 @@ static void reshard(const char *dir, const case_t *save, const case_t *loads, in
     describe(&loads[k], what, sizeof what);
     par_engine_t *b = engine(MPI_COMM_WORLD, &loads[k], 2);
     d = markov_data(mc.seq);
-    CHECK(par_engine_load(b, path, d, &step) == 0, "load under %s: %s", what, par_engine_error(b));
-    size_t nb = local_count(par_engine_model(b));
-    par_engine_get_params(b, mine);
-    slice_all(par_engine_model(b), par_engine_model(s), full, want, rank % loads[k].tp);
-    CHECK(!memcmp(want, mine, nb * 4), "load under %s: not the saved model", what);
-    CHECK(par_engine_step(b, d, &st) == 0 && isfinite(st.loss), "a step after loading under %s: %s", what,
-          par_engine_error(b));
+    check_loaded(b, d, path, par_engine_model(s), full, loads[k].tp, what);
     par_engine_destroy(b), par_data_destroy(d);
   }
   par_engine_destroy(s), par_engine_destroy(a);
@@ -375,18 +355,12 @@ static void reshard(const char *dir, const case_t *save, const case_t *loads, in
            nloads);
     unlink(path);
   }
-  free(saved), free(full), free(mine), free(want);
+  free(saved), free(full), free(want);
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  harness_name = "pp_engine";
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/strata_pp_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (rank == 0 && !mkdtemp(dir)) MPI_Abort(MPI_COMM_WORLD, 1);
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  harness_start(&argc, &argv, "pp_engine", dir, sizeof dir);
   const par_schedule_t G = PAR_SCHED_GPIPE, F = PAR_SCHED_1F1B, I = PAR_SCHED_INTERLEAVED;
   if (ranks == 2) {
     const case_t cases[] = {

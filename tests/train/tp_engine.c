@@ -152,13 +152,10 @@ static void reshard(const char *dir) {
   for (int k = 0; k < 2; k++) {
     if (ranks == 2 && k == 1) continue; /* tp 2 is the saving layout */
     par_engine_t *b = engine(MPI_COMM_WORLD, layouts[k][0], layouts[k][1], layouts[k][2], 2, "adamw");
+    char what[64];
+    snprintf(what, sizeof what, "tp %d x dp %d", layouts[k][0], layouts[k][1]);
     d = data();
-    CHECK(par_engine_load(b, path, d, &step) == 0, "load under tp %d: %s", layouts[k][0], par_engine_error(b));
-    size_t nb = local_count(par_engine_model(b));
-    par_engine_get_params(b, mine);
-    slice_all(par_engine_model(b), par_engine_model(s), full, want, rank % layouts[k][0]);
-    CHECK(!memcmp(want, mine, nb * 4), "load under tp %d x dp %d: not the saved model", layouts[k][0], layouts[k][1]);
-    CHECK(par_engine_step(b, d, &st) == 0 && isfinite(st.loss), "a step after loading: %s", par_engine_error(b));
+    check_loaded(b, d, path, par_engine_model(s), full, layouts[k][0], what);
     par_engine_destroy(b), par_data_destroy(d);
   }
   par_engine_destroy(s), par_engine_destroy(a);
@@ -173,14 +170,8 @@ static void reshard(const char *dir) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  harness_name = "tp_engine";
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   char dir[256];
-  snprintf(dir, sizeof dir, "%s/strata_tp_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-  if (rank == 0 && !mkdtemp(dir)) MPI_Abort(MPI_COMM_WORLD, 1);
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  harness_start(&argc, &argv, "tp_engine", dir, sizeof dir);
   const char *opts[2] = {"adamw", "lamb"};
   for (int o = 0; o < 2; o++) {
     equiv(2, 0, opts[o]);

@@ -120,6 +120,13 @@ typedef struct {
   double device_reserved_bytes; /* CUDA context, GEMM workspace, allocator fragmentation */
   double cpu_reserved_bytes;    /* per node, OS + framework + data loader */
   double token_budget;      /* tokens for the "days to train" column */
+  double pp_dp_overlap;     /* with pipeline stages, the share of dp_overlap that applies: 0
+                               when the gradients are reduced after the pipeline's flush
+                               (Megatron, DeepSpeed); 1 when posted during each region's
+                               last microbatch (strata's engine) */
+  double pp_scatter_gather; /* 1: a pipeline message is b s h / t per tensor rank, gathered
+                               over the tensor group after it (Megatron); 0: each tensor
+                               rank sends the whole b s h (strata's engine, DeepSpeed) */
   double keep_stage_outputs; /* 1: a pipeline stage keeps its output for each microbatch in
                                flight until that microbatch's backward (strata's engine);
                                0: frees it once sent (Megatron's deallocate_pipeline_outputs) */
@@ -135,7 +142,8 @@ typedef struct {
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
    .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .shard_align = 16.0,                \
    .device_reserved_bytes = 1.5e9,                                                                \
-   .cpu_reserved_bytes = 32e9, .token_budget = 300e9, .keep_stage_outputs = 0.0}
+   .cpu_reserved_bytes = 32e9, .token_budget = 300e9, .keep_stage_outputs = 0.0,    \
+   .pp_dp_overlap = 0.0, .pp_scatter_gather = 1.0}
 
 /* The parameters that describe strata's own GPT and training engine on the
  * CPU: 16 h-wide activations kept per token per block, no attention scores
@@ -230,7 +238,8 @@ typedef struct {
   double comm_bytes[PAR_T_COUNT]; /* bytes sent per device per step by component */
   double step_time;           /* seconds per optimizer step */
   int microbatches;           /* m = global_batch / (dp * microbatch) */
-  double bubble_fraction;     /* pipeline bubble / ideal pipeline time */
+  double bubble_fraction;     /* the schedule's bubble / ideal pipeline time on balanced stages,
+                                 (p - 1) / (v m); time[PAR_T_BUBBLE] has the stages' imbalance */
   double flops_step;          /* hardware FLOPs per step (Megatron F; with recompute if on) */
   double model_flops_step;    /* FLOPs per step without recompute (for MFU) */
   double tflops_per_gpu;      /* flops_step / step_time / GPUs / 1e12 (Megatron's convention) */

@@ -360,13 +360,20 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
   double t_mb = t_gemm + t_ew + t_tp + t_sp;
   double vchunks = l->schedule == PAR_SCHED_INTERLEAVED ? l->interleave : 1;
   /* Pipeline bubble (p-1)/m of the ideal time, (p-1)/(v m) interleaved
-   * (arXiv 2104.04473 sec. 2.2). */
-  double t_bubble = (l->pp - 1) / vchunks * t_mb;
-  /* Pipeline sends: b s h / t bytes per microbatch per boundary each way
-   * (scatter-gather over the tensor group), on the critical path. */
+   * (arXiv 2104.04473 sec. 2.2), with the stages' imbalance: the last stage
+   * (head and loss) is the slowest, so the steady state runs at its pace,
+   * m t_last, while filling and draining the pipeline passes through the
+   * other p - 1 stages at theirs, t_mid (the blocks alone; the first
+   * stage's embedding lookup is memory-bound and negligible):
+   * step = m t_last + (p - 1) t_mid / v. */
+  double head_gemm = (fwd + bwd) * 2.0 * b * s * h * v / split / (p->gemm_efficiency * peak);
+  double t_bubble = (l->pp - 1) / vchunks * (t_mb - (l->pp > 1 ? head_gemm : 0.0));
+  /* Pipeline sends: b s h bytes per microbatch per boundary each way (b s h
+   * / t with Megatron's scatter-gather over the tensor group), on the
+   * critical path. */
   double t_pp = 0.0, pp_bytes = 0.0;
   if (l->pp > 1) {
-    double msg = b * (s / l->sp) * h * e / l->tp;
+    double msg = b * (s / l->sp) * h * e / (p->pp_scatter_gather > 0 || l->seq_parallel ? l->tp : 1);
     plan_group_link(c, p, l->tp * l->sp * l->dp, l->pp, &lk);
     double sends = 2.0 * vchunks * (mb + l->pp - 1);
     pp_bytes = 2.0 * vchunks * mb * msg;
@@ -396,13 +403,16 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
     double frac = (nd - 1) / nd;
     double regions = ls + 2.0;                                 /* blocks, embeddings, final LN */
     double pass = plan_gather_time(&lk, grads) + (regions - 1.0) * (nd - 1.0) * lk.lat;
+    /* with pipeline stages the reduction follows the flush unless posted
+     * during the last microbatch (pp_dp_overlap) */
+    double overlap = p->dp_overlap * (l->pp > 1 ? p->pp_dp_overlap : 1.0);
     if (l->zero_stage <= 1) {
       dp_bytes = 2.0 * frac * grads;
-      t_dp = fmax(0.0, plan_allreduce_time(&lk, grads) - p->dp_overlap * t_bwd_mb);
+      t_dp = fmax(0.0, plan_allreduce_time(&lk, grads) - overlap * t_bwd_mb);
     } else if (l->zero_stage == 2) {
       /* a reduce-scatter pass behind every microbatch's backward */
       dp_bytes = mb * frac * grads + frac * grads;
-      double hide = p->dp_overlap * t_bwd_mb;
+      double hide = overlap * t_bwd_mb;
       t_dp = mb * fmax(0.0, pass - hide) + plan_gather_time(&lk, grads);
     } else {
       /* forward: a gather pass against the forward's compute; backward:
@@ -417,6 +427,16 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
       t_z3 = mb * (exp_f + exp_b / 2.0); /* the gathers' share of backward's exposure */
       t_dp = mb * exp_b / 2.0;           /* the reduce-scatters' */
     }
+  }
+
+  /* The tied embedding: with pipeline stages the first and the last sum
+   * its gradient (V h / t elements, Megatron's embedding group) after the
+   * flush, one allreduce of two ranks p - 1 stages apart. */
+  if (l->pp > 1) {
+    plan_group_link(c, p, l->tp * l->sp * l->dp * (l->pp - 1), 2, &lk);
+    double wte = v * h / (l->tp_mode == PAR_TP_1D ? l->tp : 1) * wb;
+    t_dp += plan_allreduce_time(&lk, wte);
+    dp_bytes += wte;
   }
 
   /* Offload traffic over PCIe (host_bw per GPU) and NVMe (per node). */
@@ -472,7 +492,8 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
   out->comm_bytes[PAR_T_ZERO3] = z3_bytes;
   out->comm_bytes[PAR_T_OFFLOAD] = off_bytes;
   for (int i = 0; i < PAR_T_COUNT; i++) out->step_time += out->time[i];
-  out->bubble_fraction = mb > 0 ? t_bubble / (mb * t_mb) : 0.0;
+  /* the schedule's own: (p - 1) / (v m) of the ideal time on balanced stages */
+  out->bubble_fraction = mb > 0 ? (l->pp - 1) / (vchunks * mb) : 0.0;
 
   out->flops_step = par_megatron_flops(m, l->global_batch, m->recompute);
   out->model_flops_step = par_megatron_flops(m, l->global_batch, 0);

@@ -35,7 +35,8 @@ static const field_t param_fields[] = {
     PF(bwd_scratch_token_elems), PF(bwd_scratch_token_elems_replicated), PF(mask_bytes), PF(act_elem_bytes),
     PF(bwd_factor), PF(dp_overlap), PF(zero3_overlap), PF(offload_overlap), PF(cpu_adam_bytes),
     PF(cpu_adam_flops), PF(gpu_optim_bytes), PF(dp_bucket_bytes), PF(zero3_prefetch_layers), PF(shard_align),
-    PF(device_reserved_bytes), PF(cpu_reserved_bytes), PF(token_budget), PF(keep_stage_outputs),
+    PF(device_reserved_bytes), PF(cpu_reserved_bytes), PF(token_budget), PF(keep_stage_outputs), PF(pp_dp_overlap),
+    PF(pp_scatter_gather),
 };
 #undef PF
 
@@ -102,5 +103,5 @@ void par_plan_params_engine(par_plan_params_t *p) {
   p->act_token_elems = 16, p->act_score_elems = 0, p->mask_bytes = 0, p->bwd_scratch_token_elems = 14;
   p->device_reserved_bytes = 0, p->dp_bucket_bytes = 0;
   p->act_elem_bytes = 4; /* fp32 compute under every precision */
-  p->keep_stage_outputs = 1;
+  p->keep_stage_outputs = 1, p->pp_dp_overlap = 1, p->pp_scatter_gather = 0;
 }
