@@ -15,7 +15,7 @@ static const char *bench_name = "bench";
 
 /* MPI started and bench_name set; the program ends (status 1) unless it
  * runs on `need` ranks. */
-static void bench_init(int *argc, char ***argv, const char *name, int need, int *rank) {
+static inline void bench_init(int *argc, char ***argv, const char *name, int need, int *rank) {
   int ranks;
   MPI_Init(argc, argv);
   bench_name = name;
