@@ -1,0 +1,128 @@
+/* strata/offload.h - memory tiers and a chunk manager (liboffload).
+ *
+ * Three tiers, each with a hard byte budget: the device (on a machine
+ * without a GPU a bounded arena of host memory that stands in for GPU
+ * memory, so the whole manager runs and is measured on the CPU), the host,
+ * and NVMe (one file in a directory, aligned reads and writes, O_DIRECT
+ * where the file system allows it). Following PatrickStar (Fang et al.,
+ * arXiv 2108.05818), tensors are packed in creation order into chunks of a
+ * fixed size, and a chunk moves between tiers only as a whole:
+ *
+ *   - each tensor has a state: FREE (its bytes are not needed), COMPUTE (in
+ *     use: its chunk is pinned where it was asked for), HOLD, HOLD_AFTER_FWD
+ *     and HOLD_AFTER_BWD (kept, movable); a chunk whose tensors are all FREE
+ *     gives its memory back and comes back zeroed;
+ *   - offload_access brings a tensor's chunk to the tier asked for, making
+ *     room by moving other chunks one tier down (device to host, host to
+ *     NVMe) and never a pinned one; a request that cannot fit even then
+ *     fails with STRATA_ENOMEM and a message naming the tier, the request
+ *     and what the tier holds;
+ *   - the first iteration (until offload_iteration_end) records the moment
+ *     of every access; afterwards the chunk evicted is the one needed
+ *     furthest in the future on that trace (Belady's MIN, optimal for
+ *     chunks of one size), and before it the least recently used;
+ *   - offload_set_other says how much of a tier the rest of the program
+ *     uses now (activations, workspaces): the room for chunks shrinks.
+ *
+ * liboffload depends on nothing else of strata's (it moves bytes; libparallel
+ * decides what lives in the chunks and reduces them over libcomm).
+ *
+ *   offload_config_t c = OFFLOAD_CONFIG_DEFAULTS;
+ *   c.budget[OFFLOAD_DEVICE] = 64 << 20, c.chunk_bytes = 4 << 20;
+ *   offload_t *o;
+ *   offload_create(&o, &c, err, sizeof err);
+ *   int t;
+ *   offload_tensor_add(o, 1 << 20, &t);
+ *   float *p;
+ *   offload_access(o, t, OFFLOAD_DEVICE, (void **)&p);   // COMPUTE, on the device
+ *   ... use p ...
+ *   offload_release(o, t, OFFLOAD_HOLD);                  // movable again
+ *   offload_iteration_end(o);                             // the first ends the warm-up
+ *   offload_destroy(o);                                   // the NVMe file goes too */
+#ifndef STRATA_OFFLOAD_H
+#define STRATA_OFFLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <strata/status.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { OFFLOAD_DEVICE = 0, OFFLOAD_HOST, OFFLOAD_NVME, OFFLOAD_TIERS } offload_tier_t;
+
+typedef enum {
+  OFFLOAD_FREE = 0,
+  OFFLOAD_COMPUTE,
+  OFFLOAD_HOLD,
+  OFFLOAD_HOLD_AFTER_FWD,
+  OFFLOAD_HOLD_AFTER_BWD,
+  OFFLOAD_STATES
+} offload_state_t;
+
+typedef struct {
+  size_t budget[OFFLOAD_TIERS]; /* bytes of chunks each tier may hold; NVMe 0: no NVMe tier */
+  size_t chunk_bytes;           /* every chunk's size (> 0; a multiple of 4096 with an NVMe tier) */
+  const char *nvme_dir;         /* the NVMe tier's directory (with budget[OFFLOAD_NVME] > 0) */
+  int direct;                   /* 1: open the NVMe file with O_DIRECT where the file system allows */
+} offload_config_t;
+#define OFFLOAD_CONFIG_DEFAULTS                                                                    \
+  {.budget = {64u << 20, 1u << 30, 0}, .chunk_bytes = 4u << 20, .nvme_dir = NULL, .direct = 1}
+
+typedef struct offload offload_t;
+
+/* A manager for cfg (its values are checked and named in err); the NVMe
+ * file, if any, is created and at once unlinked, so that it vanishes when
+ * the process ends however it ends. */
+STRATA_API int offload_create(offload_t **out, const offload_config_t *cfg, char *err, size_t errlen);
+/* Frees every tier; NULL is a no-op. */
+STRATA_API void offload_destroy(offload_t *o);
+/* The last error of o ("" if none). */
+STRATA_API const char *offload_error(const offload_t *o);
+/* What o chose that the caller may want to know ("" if nothing): the NVMe
+ * file runs without O_DIRECT because the file system refused it. */
+STRATA_API const char *offload_note(const offload_t *o);
+
+/* A new tensor of `bytes` (FREE), packed after the previous one in the last
+ * chunk, or at the start of a new chunk when it does not fit there; a
+ * tensor larger than a chunk is EINVAL. */
+STRATA_API int offload_tensor_add(offload_t *o, size_t bytes, int *tensor);
+/* Where tensor lives: its chunk and its offset in it. */
+STRATA_API int offload_tensor_place(const offload_t *o, int tensor, int *chunk, size_t *offset);
+STRATA_API int offload_tensor_state(const offload_t *o, int tensor, offload_state_t *state);
+/* Sets tensor COMPUTE with its chunk on tier (moved there first, other
+ * chunks moved down to make room); *ptr (may be NULL) receives its bytes,
+ * valid until the tensor leaves COMPUTE. Every access is one moment of the
+ * trace. */
+STRATA_API int offload_access(offload_t *o, int tensor, offload_tier_t tier, void **ptr);
+/* Moves tensor from COMPUTE to state (not COMPUTE). */
+STRATA_API int offload_release(offload_t *o, int tensor, offload_state_t state);
+/* Bytes of tier the rest of the program uses now (recorded in the trace);
+ * chunks beyond the remaining room move down at once (EINVAL for the NVMe
+ * tier; ENOMEM when pinned chunks leave no way). */
+STRATA_API int offload_set_other(offload_t *o, offload_tier_t tier, size_t bytes);
+/* Ends an iteration: the first one's trace becomes the eviction schedule. */
+STRATA_API int offload_iteration_end(offload_t *o);
+
+typedef struct {
+  uint64_t moved[OFFLOAD_TIERS][OFFLOAD_TIERS]; /* bytes moved from tier [a] to tier [b] */
+  size_t held[OFFLOAD_TIERS];                   /* bytes of chunks each tier holds now */
+  size_t peak[OFFLOAD_TIERS];                   /* and at most */
+  uint64_t evictions;                           /* chunks moved down to make room */
+  uint64_t fetches;                             /* accesses that had to move their chunk first */
+  uint64_t accesses;
+  int chunks, tensors;
+  int traced;                                   /* the warm-up trace is in use */
+  int direct;                                   /* the NVMe file runs with O_DIRECT */
+} offload_stats_t;
+STRATA_API int offload_stats(const offload_t *o, offload_stats_t *st);
+/* The tier chunk lives on now (-1: it holds no memory: never used, or all its tensors FREE). */
+STRATA_API int offload_chunk_tier(const offload_t *o, int chunk);
+STRATA_API const char *offload_tier_name(offload_tier_t tier);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
