@@ -105,6 +105,10 @@ local sections = {
     on_error = {t = ENUM, values = {"stop", "continue"}, default = "stop",
                 doc = "a failed save (full disk): stop the run, or report it and train on"},
   },
+  offload = {
+    policy = {t = ENUM, values = {"none", "static"}, default = "none",
+              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU"},
+  },
   metrics = {
     path = {t = STR, doc = "metrics file (default RUN_DIR/metrics.h5)"},
     plot = {t = STR, also = false, doc = "loss plot (default RUN_DIR/loss.png); false: none"},

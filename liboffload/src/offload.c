@@ -96,9 +96,9 @@ int offload_create(offload_t **out, const offload_config_t *cfg, char *err, size
   else if (nvme && cb % OFFLOAD_ALIGN)
     snprintf(why, sizeof why, "chunk_bytes %zu must be a multiple of %d with an NVMe tier (aligned I/O)", cb,
              OFFLOAD_ALIGN);
-  else if (cfg->budget[OFFLOAD_DEVICE] < cb)
-    snprintf(why, sizeof why, "the device budget of %zu bytes holds no chunk of %zu bytes", cfg->budget[OFFLOAD_DEVICE],
-             cb);
+  else if (cfg->budget[OFFLOAD_DEVICE] > 0 && cfg->budget[OFFLOAD_DEVICE] < cb)
+    snprintf(why, sizeof why, "the device budget of %zu bytes holds no chunk of %zu bytes (0: no device tier)",
+             cfg->budget[OFFLOAD_DEVICE], cb);
   else if (nvme && !cfg->nvme_dir)
     snprintf(why, sizeof why, "an NVMe budget of %zu bytes needs nvme_dir", cfg->budget[OFFLOAD_NVME]);
   if (why[0]) {
@@ -113,7 +113,7 @@ int offload_create(offload_t **out, const offload_config_t *cfg, char *err, size
   o->arena_slots = (long)(cfg->budget[OFFLOAD_DEVICE] / cb);
   size_t arena = (size_t)o->arena_slots * cb;
   int rc = STRATA_OK;
-  if (posix_memalign((void **)&o->arena, OFFLOAD_ALIGN, arena) != 0) {
+  if (arena && posix_memalign((void **)&o->arena, OFFLOAD_ALIGN, arena) != 0) {
     o->arena = NULL;
     rc = STRATA_ENOMEM;
     snprintf(why, sizeof why, "out of memory for the device tier's arena of %zu bytes", arena);
@@ -196,7 +196,9 @@ int offload_chunk_tier(const offload_t *o, int c) { return o && c >= 0 && c < o-
 
 /* ------------------------------------------------------------ tiers */
 
-static int has_tier(const offload_t *o, int t) { return t < OFFLOAD_NVME || o->fd >= 0; }
+static int has_tier(const offload_t *o, int t) {
+  return t == OFFLOAD_HOST || (t == OFFLOAD_DEVICE && o->arena_slots > 0) || (t == OFFLOAD_NVME && o->fd >= 0);
+}
 
 /* Chunks tier t can hold now. */
 static long room(const offload_t *o, int t) {

@@ -130,6 +130,13 @@ grep -q "validation loss [0-9.]* nats/token" "$work/pp.log" || fail "pp validati
 "$S" run -n 2 $R "${small[@]}" model.layers=2 model.recompute=true parallel.tp=2 parallel.partition_activations=true \
   train.steps=8 run_dir="$work/pa" >"$work/pa.log" 2>&1 || fail "partitioned run: $(tail -3 "$work/pa.log")"
 grep -qa "tp=2 partition_activations pp=1" "$work/pa/metrics.h5" || fail "partitioned run: no such layout attribute"
+# ZeRO-Offload's static policy from the command line: the same losses, bit for bit, as without it
+"$S" run $R "${small[@]}" train.steps=6 run_dir="$work/off0" >"$work/off0.log" 2>&1 || fail "run without offload: $(tail -3 "$work/off0.log")"
+"$S" run $R "${small[@]}" train.steps=6 offload.policy=static run_dir="$work/off1" >"$work/off1.log" 2>&1 \
+  || fail "offload run: $(tail -3 "$work/off1.log")"
+grep -q "optimizer state offloaded to the host" "$work/off1.log" || fail "offload header: $(head -1 "$work/off1.log")"
+"$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off1/metrics.h5" >"$work/offs.log" 2>&1 \
+  || fail "offload changed the losses: $(tail -2 "$work/offs.log")"
 # recipes/zero.lua: the four stages, a table against the planner, a plot
 "$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
 [ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \

@@ -62,7 +62,7 @@ typedef enum {
 } offload_state_t;
 
 typedef struct {
-  size_t budget[OFFLOAD_TIERS]; /* bytes of chunks each tier may hold; NVMe 0: no NVMe tier */
+  size_t budget[OFFLOAD_TIERS]; /* bytes of chunks each tier may hold; device or NVMe 0: no such tier */
   size_t chunk_bytes;           /* every chunk's size (> 0; a multiple of 4096 with an NVMe tier) */
   const char *nvme_dir;         /* the NVMe tier's directory (with budget[OFFLOAD_NVME] > 0) */
   int direct;                   /* 1: open the NVMe file with O_DIRECT where the file system allows */

@@ -252,6 +252,7 @@ typedef struct {
                             params_padded parameters; under mixed precision 2 + 2
                             bytes and the fp32 masters with the optimizer's state) */
   int buckets;           /* ZeRO-0 gradient buckets */
+  size_t offload_host_bytes; /* optimizer offload: bytes liboffload's host tier holds */
   size_t buffer_peak;    /* the most bytes of buffers a pass took and gave back
                             (ZeRO-2's gradient buckets, ZeRO-3's gathered regions,
                             the fp32 working copies of mixed precision) */

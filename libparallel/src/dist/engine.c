@@ -100,6 +100,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   if (lay->sp != 1)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout sp %d: this engine trains tensor, pipeline and data parallel with ZeRO (sp = 1)", lay->sp);
+  if (lay->offload_params != PAR_TIER_DEVICE || lay->offload_gradients != PAR_TIER_DEVICE ||
+      lay->offload_optimizer == PAR_TIER_NVME)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
+                       "layout: this engine offloads the optimizer state to the host only (ZeRO-Offload's static "
+                       "policy); parameter, gradient and NVMe offload are not in it yet");
   if (lay->partition_activations && !mc->recompute)
     return engine_fail(e, 1, STRATA_EINVAL,
                        "layout: partitioned activation checkpoints need the model's recompute (they split the "
@@ -171,9 +176,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     if (e->interleave > 1) snprintf(pipe + k, sizeof pipe - (size_t)k, " interleave=%d", e->interleave);
   }
   snprintf(e->layout_desc, sizeof e->layout_desc,
-           "dp=%d tp=%d%s%s pp=%d%s sp=1 zero=%d precision=%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           "dp=%d tp=%d%s%s pp=%d%s sp=1 zero=%d precision=%s%s ranks=%d threads=%d", lay->dp, e->tp_size,
            lay->seq_parallel ? " seq_parallel" : "", lay->partition_activations ? " partition_activations" : "", e->pp,
-           pipe, e->zero, precs[lay->precision], e->wsize, e->opts.threads);
+           pipe, e->zero, precs[lay->precision], lay->offload_optimizer == PAR_TIER_CPU ? " offload=optimizer" : "",
+           e->wsize, e->opts.threads);
   e->loss_ranks = e->wsize / e->pp; /* the last stage's */
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
@@ -268,6 +274,11 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   out->ranks = e->size;
   out->tp = e->tp_size;
   out->pp = e->pp, out->stage = e->stage, out->slots = e->pp > 1 ? e->nslots : 1;
+  if (e->off) {
+    offload_stats_t os;
+    offload_stats(e->off, &os);
+    out->offload_host_bytes = os.held[OFFLOAD_HOST];
+  }
   out->precision = e->layout.precision;
   out->loss_scale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0;
   out->params_padded = e->nfull;

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <strata/comm.h>
+#include <strata/offload.h>
 #include <strata/optim.h>
 #include <strata/par_pipe.h>
 #include <strata/parallel.h>
@@ -80,6 +81,11 @@ struct par_engine {
   tensor_t full_p, full_g;   /* ZeRO 0-2 parameters; ZeRO 0-1 gradients (padded layout) */
   tensor_t shard_p, shard_g; /* ZeRO-3 parameters; ZeRO 2-3 gradients (this rank's) */
   tensor_t m, v;             /* optimizer state: full (ZeRO-0) or this rank's shard */
+  /* ZeRO-Offload's static policy (layout.offload_optimizer = PAR_TIER_CPU):
+   * the fp32 masters and m and v live in liboffload's host tier, pinned
+   * there for the engine's life, and the optimizer updates them on the
+   * CPU; the parameters and gradients stay on the device. */
+  offload_t *off;
   /* Mixed precision (layout.precision bf16 or fp16): the parameters and
    * gradients above, and the pass's buffers, hold 16-bit values; the model
    * computes in fp32 on working copies of one region at a time; the

@@ -654,6 +654,34 @@ static int make_buckets(par_engine_t *e) {
   return STRATA_OK;
 }
 
+/* ZeRO-Offload's static policy: each optimizer array (the fp32 masters
+ * under mixed precision, m, v) is one tensor of liboffload's host tier, in a
+ * chunk of its own, made and pinned there now (zeroed) for the engine's
+ * life; the tensors below view it. */
+static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
+  offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
+  int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4);
+  char err[600];
+  oc.chunk_bytes = round_up((n ? n : 1) * sizeof(float), 4096);
+  oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_NVME] = 0;
+  oc.budget[OFFLOAD_HOST] = (size_t)(count ? count : 1) * oc.chunk_bytes;
+  if (e->device != TENSOR_CPU)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
+  int rc = offload_create(&e->off, &oc, err, sizeof err);
+  if (rc) return engine_fail(e, 0, rc, "optimizer offload: %s", err);
+  tensor_t *ts[3] = {&e->master, &e->m, &e->v};
+  for (int k = 0; k < 3; k++) {
+    int bit = k == 0 ? 4 : k == 1 ? 1 : 2, t;
+    void *p = NULL;
+    if (!(arrays & bit)) continue;
+    if ((rc = offload_tensor_add(e->off, n * sizeof(float), &t)) ||
+        (rc = offload_access(e->off, t, OFFLOAD_HOST, &p)))
+      return engine_fail(e, 0, rc, "optimizer offload: %s", offload_error(e->off));
+    *ts[k] = tensor_view1(p, TENSOR_F32, e->device, (int64_t)n);
+  }
+  return STRATA_OK;
+}
+
 int state_create(par_engine_t *e) {
   int rc, dp = e->size, arrays;
   e->nregions = par_gpt_num_regions(e->model);
@@ -674,9 +702,12 @@ int state_create(par_engine_t *e) {
   if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->wdt, e->nfull, "gradients")
                              : alloc(e, &e->shard_g, e->wdt, e->nshard, "gradient shard");
   arrays = e->state_arrays | (e->mixed ? 4 : 0);
-  if (!rc && e->mixed) rc = alloc(e, &e->master, TENSOR_F32, no, "fp32 master parameters");
-  if (!rc && (arrays & 1)) rc = alloc(e, &e->m, TENSOR_F32, no, "optimizer state m");
-  if (!rc && (arrays & 2)) rc = alloc(e, &e->v, TENSOR_F32, no, "optimizer state v");
+  if (!rc && e->layout.offload_optimizer == PAR_TIER_CPU) rc = offload_optimizer(e, arrays, no);
+  else {
+    if (!rc && e->mixed) rc = alloc(e, &e->master, TENSOR_F32, no, "fp32 master parameters");
+    if (!rc && (arrays & 1)) rc = alloc(e, &e->m, TENSOR_F32, no, "optimizer state m");
+    if (!rc && (arrays & 2)) rc = alloc(e, &e->v, TENSOR_F32, no, "optimizer state v");
+  }
   if (rc) return rc;
   e->state_bytes[0] = np * wsz;
   e->state_bytes[1] = ng * wsz;
@@ -696,6 +727,11 @@ void state_destroy(par_engine_t *e) {
   if (!e->regions) return;
   state_release_all(e);
   release(e, &e->full_p), release(e, &e->full_g), release(e, &e->shard_p), release(e, &e->shard_g);
+  if (e->off) { /* views of the host tier's chunks */
+    memset(&e->m, 0, sizeof e->m), memset(&e->v, 0, sizeof e->v), memset(&e->master, 0, sizeof e->master);
+    offload_destroy(e->off);
+    e->off = NULL;
+  }
   release(e, &e->m), release(e, &e->v), release(e, &e->master);
   free(e->regions), free(e->bucket_lo), free(e->bucket_hi), free(e->bucket_req), free(e->pieces);
   e->regions = NULL;
