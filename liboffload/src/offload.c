@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <strata/offload.h>
@@ -244,7 +245,12 @@ static int place(offload_t *o, chunk_rec *c, int t, char **mem, long *slot) {
       *mem = o->pool[--o->npool];
       return STRATA_OK;
     }
-    if (posix_memalign((void **)mem, OFFLOAD_ALIGN, cb) != 0) {
+    /* chunks of 2 MiB and more on huge pages where the kernel gives them: fewer TLB misses when
+     * the optimizer streams through them */
+    size_t huge = (size_t)2 << 20, al = cb >= huge ? huge : OFFLOAD_ALIGN;
+    if (posix_memalign((void **)mem, al, (cb + al - 1) / al * al) == 0) {
+      if (al == huge) madvise(*mem, cb, MADV_HUGEPAGE);
+    } else {
       *mem = NULL;
       return fail(o, STRATA_ENOMEM, "host tier: the system has no %zu bytes for chunk %d", cb, (int)(c - o->chunks));
     }
