@@ -47,11 +47,18 @@ static long long used(const char *dir) {
   return total;
 }
 
-/* 1 when n more bytes would not fit. */
-static int no_room(const char *dir, off_t n) {
+/* 1 when n more bytes written to fd would not fit (a file unlinked while
+ * open, as liboffload's NVMe tier keeps its own, still holds its blocks). */
+static int no_room_fd(int fd, const char *dir, off_t n) {
   const char *b = getenv("FULLFS_BYTES");
-  long long budget = b ? atoll(b) : 0;
-  return used(dir) + n > budget;
+  long long budget = b ? atoll(b) : 0, extra = 0;
+  char link[64], path[4096];
+  struct stat sb;
+  snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  ssize_t k = readlink(link, path, sizeof path - 1);
+  if (k > 10 && (path[k] = 0, !strcmp(path + k - 10, " (deleted)")) && fstat(fd, &sb) == 0)
+    extra = 512LL * sb.st_blocks;
+  return used(dir) + extra + n > budget;
 }
 
 typedef ssize_t (*pwrite_fn)(int, const void *, size_t, off_t);
@@ -64,7 +71,7 @@ typedef int (*fallocate_fn)(int, int, off_t, off_t);
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off) {
   REAL(pwrite64, pwrite_fn);
   const char *dir;
-  if (watched(fd, &dir) == 0 && no_room(dir, (off_t)n)) {
+  if (watched(fd, &dir) == 0 && no_room_fd(fd, dir, (off_t)n)) {
     errno = ENOSPC;
     return -1;
   }
@@ -76,7 +83,7 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) { return pwrite64(f
 ssize_t write(int fd, const void *buf, size_t n) {
   REAL(write, write_fn);
   const char *dir;
-  if (watched(fd, &dir) == 0 && no_room(dir, (off_t)n)) {
+  if (watched(fd, &dir) == 0 && no_room_fd(fd, dir, (off_t)n)) {
     errno = ENOSPC;
     return -1;
   }
@@ -90,7 +97,7 @@ int fallocate64(int fd, int mode, off_t off, off_t len) {
     if (how && !strcmp(how, "lie")) return 0;
     struct stat sb; /* the blocks the file holds already are no news */
     off_t held = fstat(fd, &sb) == 0 ? 512 * (off_t)sb.st_blocks : 0;
-    if (off + len > held && no_room(dir, off + len - held)) {
+    if (off + len > held && no_room_fd(fd, dir, off + len - held)) {
       errno = ENOSPC;
       return -1;
     }
