@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
     unsigned char *p;
     int rc = offload_access(o, i, OFFLOAD_HOST, (void **)&p);
     if (rc) { /* the way back may need the disk too: then the bytes must still be where they were */
-      CHECK(offload_chunk_tier(o, i) >= 0 && strstr(offload_error(o), "No space left"), "chunk %d lost: %s", i, offload_error(o));
+      CHECK(offload_chunk_tier(o, i) >= 0 && strstr(offload_error(o), "No space left"), "chunk %d lost: %s", i,
+            offload_error(o));
       continue;
     }
     CHECK(p[0] == i + 1 && p[CB - 1] == i + 1, "chunk %d came back changed", i);
