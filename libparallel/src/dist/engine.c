@@ -301,7 +301,7 @@ int par_engine_get_params(par_engine_t *e, float *out) {
   if (e->pp > 1) memset(out, 0, total * sizeof *out); /* each stage its own regions, summed over the pipeline */
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
-    if (r == 0 && e->pp > 1 && e->stage != 0) continue; /* the tied embedding's copy */
+    if (!g->n || (r == 0 && e->pp > 1 && e->stage != 0)) continue; /* another stage's; the tied embedding's copy */
     /* the fp32 values: the parameters, or under mixed precision the masters */
     const float *src = e->mixed ? (e->zero == 0 ? (const float *)e->master.data + g->foff : NULL)
                                 : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
