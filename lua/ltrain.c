@@ -224,7 +224,9 @@ static int l_train(lua_State *L) {
                                                                                             : PAR_SCHED_1F1B;
   lay.interleave = (int)cfg_int(L, "parallel", "interleave");
   lay.partition_activations = cfg_bool(L, "parallel", "partition_activations");
-  lay.offload_optimizer = !strcmp(cfg_str(L, "offload", "policy"), "static") ? PAR_TIER_CPU : PAR_TIER_DEVICE;
+  const char *policy = cfg_str(L, "offload", "policy");
+  lay.offload_optimizer = !strcmp(policy, "static") ? PAR_TIER_CPU : !strcmp(policy, "nvme") ? PAR_TIER_NVME
+                                                                                              : PAR_TIER_DEVICE;
   lay.microbatch = (int)cfg_int(L, "train", "batch");
   lay.global_batch = (int)cfg_int(L, "train", "global_batch"); /* dp x batch x accum */
   lay.zero_stage = (int)cfg_int(L, "parallel", "zero");
@@ -240,6 +242,7 @@ static int l_train(lua_State *L) {
       .momentum = cfg_num(L, "optim", "momentum"), .clip = cfg_num(L, "optim", "clip")};
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.seed = (uint64_t)cfg_int(L, "train", "seed");
+  eo.offload_dir = cfg_str(L, "offload", "nvme_dir")[0] ? cfg_str(L, "offload", "nvme_dir") : NULL;
   eo.threads = threads;
   eo.steps = (long)cfg_int(L, "train", "steps");
   eo.comm = lstrata_world(L);
@@ -317,8 +320,9 @@ static int l_train(lua_State *L) {
                lay.global_batch / (lay.dp * lay.microbatch), lay.interleave > 1 ? ", interleaved" : "");
     if (lay.precision != PAR_PREC_FP32)
       snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", %s", prec);
-    if (lay.offload_optimizer == PAR_TIER_CPU)
-      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", optimizer state offloaded to the host");
+    if (lay.offload_optimizer != PAR_TIER_DEVICE)
+      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", optimizer state offloaded to %s",
+               lay.offload_optimizer == PAR_TIER_NVME ? "NVMe" : "the host");
     printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; sgemm peak %.0f "
            "GFLOP/s per rank (%s)\n",
            name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, zero, size,

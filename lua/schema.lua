@@ -106,8 +106,9 @@ local sections = {
                 doc = "a failed save (full disk): stop the run, or report it and train on"},
   },
   offload = {
-    policy = {t = ENUM, values = {"none", "static"}, default = "none",
-              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU"},
+    policy = {t = ENUM, values = {"none", "static", "nvme"}, default = "none",
+              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU; nvme: ZeRO-Infinity's, on the NVMe tier, streamed through the host region by region"},
+    nvme_dir = {t = STR, doc = "with policy = \"nvme\": the NVMe tier's directory (default $TMPDIR or /tmp)"},
   },
   metrics = {
     path = {t = STR, doc = "metrics file (default RUN_DIR/metrics.h5)"},
@@ -293,6 +294,10 @@ local function check_unread(c, loc, given)
     for _, k in ipairs{"schedule", "interleave"} do
       unread("parallel." .. k, "with parallel.pp = 1 (no pipeline)")
     end
+  end
+  decider = "offload.policy"
+  if c.offload.policy ~= "nvme" then
+    unread("offload.nvme_dir", string.format('with offload.policy = "%s" (nvme only)', c.offload.policy))
   end
   decider = "data.source"
   if d.source ~= "markov" then

@@ -137,6 +137,13 @@ grep -qa "tp=2 partition_activations pp=1" "$work/pa/metrics.h5" || fail "partit
 grep -q "optimizer state offloaded to the host" "$work/off1.log" || fail "offload header: $(head -1 "$work/off1.log")"
 "$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off1/metrics.h5" >"$work/offs.log" 2>&1 \
   || fail "offload changed the losses: $(tail -2 "$work/offs.log")"
+# and ZeRO-Infinity's, the optimizer state on NVMe in a folder of the run's choosing
+mkdir -p "$work/nvme"
+"$S" run $R "${small[@]}" train.steps=6 offload.policy=nvme offload.nvme_dir="$work/nvme" run_dir="$work/off2" \
+  >"$work/off2.log" 2>&1 || fail "NVMe offload run: $(tail -3 "$work/off2.log")"
+"$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off2/metrics.h5" >"$work/offs2.log" 2>&1 \
+  || fail "NVMe offload changed the losses: $(tail -2 "$work/offs2.log")"
+[ -z "$(ls -A "$work/nvme")" ] || fail "the NVMe tier left files: $(ls "$work/nvme")"
 # recipes/zero.lua: the four stages, a table against the planner, a plot
 "$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
 [ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \

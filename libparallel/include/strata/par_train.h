@@ -112,6 +112,9 @@ typedef struct {
    * this many seconds divided by the interleave, and each backward twice
    * that, so that a test sees the schedule's own timing; 0. */
   double delay_ops_s;
+  /* layout.offload_optimizer = PAR_TIER_NVME: the directory of the NVMe
+   * tier's file (NULL: $TMPDIR, else /tmp). Borrowed for par_engine_create. */
+  const char *offload_dir;
   /* fp16 (layout.precision): dynamic loss scaling (arXiv 1710.03740 sec.
    * 3.2) starting at loss_scale (0: 65536), halved at each step whose
    * gradients overflow (skipped, on every rank alike), doubled after
@@ -123,7 +126,8 @@ typedef struct {
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
    .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
-   .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0}
+   .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0,  \
+   .offload_dir = NULL}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate) and trains it: dp x tp x pp ranks (sp = 1) with
@@ -253,6 +257,8 @@ typedef struct {
                             bytes and the fp32 masters with the optimizer's state) */
   int buckets;           /* ZeRO-0 gradient buckets */
   size_t offload_host_bytes; /* optimizer offload: bytes liboffload's host tier holds */
+  size_t offload_nvme_bytes; /* and its NVMe tier (ZeRO-Infinity) */
+  uint64_t offload_moved;    /* bytes moved between its tiers so far */
   size_t buffer_peak;    /* the most bytes of buffers a pass took and gave back
                             (ZeRO-2's gradient buckets, ZeRO-3's gathered regions,
                             the fp32 working copies of mixed precision) */

@@ -100,11 +100,14 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   if (lay->sp != 1)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout sp %d: this engine trains tensor, pipeline and data parallel with ZeRO (sp = 1)", lay->sp);
-  if (lay->offload_params != PAR_TIER_DEVICE || lay->offload_gradients != PAR_TIER_DEVICE ||
-      lay->offload_optimizer == PAR_TIER_NVME)
+  if (lay->offload_params != PAR_TIER_DEVICE || lay->offload_gradients != PAR_TIER_DEVICE)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout: this engine offloads the optimizer state to the host only (ZeRO-Offload's static "
-                       "policy); parameter, gradient and NVMe offload are not in it yet");
+                       "layout: this engine offloads the optimizer state (to the host or to NVMe); parameter and "
+                       "gradient offload are not in it yet");
+  if (lay->offload_optimizer == PAR_TIER_NVME && par_optim_kind(oc->name) == OPTIM_LAMB)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
+                       "layout: the optimizer state on NVMe is updated region by region, which LAMB's two phases "
+                       "over all tensors are not yet; use AdamW, SGD or LARS there, or offload to the host");
   if (lay->partition_activations && !mc->recompute)
     return engine_fail(e, 1, STRATA_EINVAL,
                        "layout: partitioned activation checkpoints need the model's recompute (they split the "
@@ -178,7 +181,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   snprintf(e->layout_desc, sizeof e->layout_desc,
            "dp=%d tp=%d%s%s pp=%d%s sp=1 zero=%d precision=%s%s ranks=%d threads=%d", lay->dp, e->tp_size,
            lay->seq_parallel ? " seq_parallel" : "", lay->partition_activations ? " partition_activations" : "", e->pp,
-           pipe, e->zero, precs[lay->precision], lay->offload_optimizer == PAR_TIER_CPU ? " offload=optimizer" : "",
+           pipe, e->zero, precs[lay->precision],
+           lay->offload_optimizer == PAR_TIER_CPU    ? " offload=optimizer"
+           : lay->offload_optimizer == PAR_TIER_NVME ? " offload=optimizer-nvme"
+                                                     : "",
            e->wsize, e->opts.threads);
   e->loss_ranks = e->wsize / e->pp; /* the last stage's */
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
@@ -277,7 +283,9 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   if (e->off) {
     offload_stats_t os;
     offload_stats(e->off, &os);
-    out->offload_host_bytes = os.held[OFFLOAD_HOST];
+    out->offload_host_bytes = os.held[OFFLOAD_HOST], out->offload_nvme_bytes = os.held[OFFLOAD_NVME];
+    for (int a = 0; a < OFFLOAD_TIERS; a++)
+      for (int b = 0; b < OFFLOAD_TIERS; b++) out->offload_moved += os.moved[a][b];
   }
   out->precision = e->layout.precision;
   out->loss_scale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0;
@@ -302,12 +310,14 @@ int par_engine_get_params(par_engine_t *e, float *out) {
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
     if (!g->n || (r == 0 && e->pp > 1 && e->stage != 0)) continue; /* another stage's; the tied embedding's copy */
+    if (e->mixed && (rc = state_resident(e, r, 1))) break;
+    float *res0 = e->nvme && e->mixed ? e->res[3 * r] : NULL; /* ZeRO-Infinity: the region's masters */
     /* the fp32 values: the parameters, or under mixed precision the masters */
-    const float *src = e->mixed ? (e->zero == 0 ? (const float *)e->master.data + g->foff : NULL)
+    const float *src = e->mixed ? (e->zero == 0 ? (res0 ? res0 : (const float *)e->master.data + g->foff) : NULL)
                                 : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
     if (!src) { /* sharded: gathered */
       int64_t n = (int64_t)((size_t)e->size * g->shard);
-      const float *part = (const float *)(e->mixed ? e->master.data : e->shard_p.data) + g->soff;
+      const float *part = res0 ? res0 : (const float *)(e->mixed ? e->master.data : e->shard_p.data) + g->soff;
       if ((rc = tensor_alloc(e->tc, &buf, TENSOR_F32, e->device, 1, &n)))
         return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
       if ((rc = comm_allgather(e->comm, buf.data, part, g->shard, COMM_F32)))
@@ -318,6 +328,7 @@ int par_engine_get_params(par_engine_t *e, float *out) {
     tensor_t sv = tensor_view1((float *)src, TENSOR_F32, e->device, (int64_t)g->n);
     if (!rc && (rc = tensor_copy(e->tc, &d, &sv))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
     if (buf.data) tensor_free(e->tc, &buf);
+    if (e->mixed && !rc) rc = state_resident(e, r, 0);
   }
   if (!rc && e->pp > 1 && (rc = comm_allreduce(e->ppc, out, out, total, COMM_F32, COMM_SUM)))
     engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));
@@ -458,8 +469,43 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
 /* The update of this rank's pieces; LAMB and LARS need norms of whole
  * tensors: partial sums per piece, summed per view over the ranks, then
  * applied (liboptim's two phases). */
+/* ZeRO-Infinity: the update region by region, each region's optimizer
+ * arrays brought to the host for it (and written back to NVMe as others
+ * come); every region's call starts from the step's optimizer step, the
+ * last leaves it one further. LARS's sums first, over all regions. */
+static int update_streamed(par_engine_t *e, float scale) {
+  int rc = STRATA_OK, kind = par_optim_kind(e->optim_name), two = kind == OPTIM_LARS;
+  long s0 = optim_get_step(e->opt);
+  size_t ns = 2 * (size_t)e->npieces;
+  for (int phase = two ? 0 : 1; phase < 2 && !rc; phase++) {
+    for (int i0 = 0, i1; i0 < e->npieces && !rc; i0 = i1) {
+      int r = state_piece_region(e, i0);
+      for (i1 = i0; i1 < e->npieces && state_piece_region(e, i1) == r;) i1++;
+      if ((rc = state_resident(e, r, 1))) break;
+      for (int i = i0; i < i1; i++) {
+        float *p, *g, *m, *v;
+        state_piece_ptrs(e, i, &p, &g, &m, &v, NULL);
+        e->tens[i].param = p, e->tens[i].m = m, e->tens[i].v = v;
+      }
+      optim_set_step(e->opt, s0);
+      if (phase == 0) rc = optim_partials(e->opt, e->sq + 2 * (size_t)i0, 2 * (size_t)(i1 - i0), e->tens + i0, i1 - i0, scale);
+      else if (two) rc = optim_apply(e->opt, e->tens + i0, i1 - i0, e->sq + 2 * (size_t)i0, 2 * (size_t)(i1 - i0), scale);
+      else rc = optim_step(e->opt, e->tens + i0, i1 - i0, scale);
+      if (rc) engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+      for (int i = i0; i < i1; i++) e->tens[i].param = NULL, e->tens[i].m = e->tens[i].v = NULL;
+      int rr = state_resident(e, r, 0);
+      if (!rc) rc = rr;
+    }
+    if (!rc && phase == 0 && (rc = sum_views(e, e->sq, 2))) break;
+  }
+  if (!rc) optim_set_step(e->opt, s0 + 1);
+  (void)ns;
+  return rc;
+}
+
 static int update(par_engine_t *e, float scale) {
   int rc, kind = par_optim_kind(e->optim_name);
+  if (e->nvme) return update_streamed(e, scale);
   if (((e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2) || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
     if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
       return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));

@@ -84,13 +84,15 @@ static int view_io(par_engine_t *e, par_ckpt_t *c, int writing, const char *name
                  : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, data);
 }
 
-/* Whether this rank holds view i (its pipeline stage's regions). */
-static int view_held(const par_engine_t *e, int i) {
+/* The region of view i. */
+static int view_region(const par_engine_t *e, int i) {
   for (int r = 0; r < e->nregions; r++)
-    if (i >= e->regions[r].first_view && i < e->regions[r].first_view + e->regions[r].nviews)
-      return e->regions[r].n > 0;
-  return 0;
+    if (i >= e->regions[r].first_view && i < e->regions[r].first_view + e->regions[r].nviews) return r;
+  return e->nregions - 1;
 }
+
+/* Whether this rank holds view i (its pipeline stage's regions). */
+static int view_held(const par_engine_t *e, int i) { return e->regions[view_region(e, i)].n > 0; }
 
 static int *piece_index(par_engine_t *e) {
   int nv = par_gpt_num_views(e->model);
@@ -143,14 +145,17 @@ int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, l
   CK(par_ckpt_reserve(c, file_bytes(e, attrs, nattrs)));
   for (int i = 0; i < par_gpt_num_views(e->model); i++) {
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
+    int held = view_held(e, i), r = view_region(e, i);
+    if (held) CK(state_resident(e, r, 1)); /* ZeRO-Infinity: the region's optimizer arrays on the host */
     for (const char *w = arrays_of(e); *w; w++) {
       int64_t off, cnt;
       float *d = NULL;
       off = cnt = 0; /* another stage's view, or the last stage's copy of wte: written by the first */
-      if (view_held(e, i) && !state_view_is_copy(e, i)) part(e, piece_of, i, *w, &off, &cnt, &d);
+      if (held && !state_view_is_copy(e, i)) part(e, piece_of, i, *w, &off, &cnt, &d);
       ckpt_array_name(CKPT_FORMAT_VERSION, *w, e->optim_name, v->name, name, sizeof name);
       CK(view_io(e, c, 1, name, v, off, cnt, d));
     }
+    if (held) CK(state_resident(e, r, 0));
   }
   int64_t st = step, pos = (int64_t)par_data_position(data), ost = optim_get_step(e->opt);
   int64_t seed = (int64_t)e->opts.seed, ver = CKPT_FORMAT_VERSION;
@@ -234,14 +239,17 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   CK(par_ckpt_expect_str(c, "optim", e->optim_name));
   for (int i = 0; i < par_gpt_num_views(e->model); i++) {
     const par_gpt_view_t *v = par_gpt_view(e->model, i);
+    int held = view_held(e, i), r = view_region(e, i);
+    if (held) CK(state_resident(e, r, 1));
     for (const char *w = arrays_of(e); *w; w++) {
       int64_t off, cnt;
       float *d = NULL;
       off = cnt = 0;
-      if (view_held(e, i)) read_part(e, piece_of, i, *w, &off, &cnt, &d);
+      if (held) read_part(e, piece_of, i, *w, &off, &cnt, &d);
       ckpt_array_name((int)ver, *w, e->optim_name, v->name, name, sizeof name);
       CK(view_io(e, c, 0, name, v, off, cnt, d));
     }
+    if (held) CK(state_resident(e, r, 0));
   }
   int64_t st, pos, ost;
   CK(par_ckpt_get_i64(c, "step", &st, 1));

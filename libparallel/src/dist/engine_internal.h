@@ -86,6 +86,14 @@ struct par_engine {
    * there for the engine's life, and the optimizer updates them on the
    * CPU; the parameters and gradients stay on the device. */
   offload_t *off;
+  /* ZeRO-Infinity's optimizer state on NVMe (layout.offload_optimizer =
+   * PAR_TIER_NVME): each region's part of the masters, m and v is a tensor
+   * of liboffload (NVMe tier, a few host chunks), on the host only while
+   * state_resident holds the region; res[3 r + k] (k: masters, m, v) point
+   * at them then, and e->master, e->m, e->v hold nothing. */
+  int nvme;
+  int *off_ids;
+  float **res;
   /* Mixed precision (layout.precision bf16 or fp16): the parameters and
    * gradients above, and the pass's buffers, hold 16-bit values; the model
    * computes in fp32 on working copies of one region at a time; the
@@ -169,6 +177,11 @@ int state_sync_lowp(par_engine_t *e);
  * state_drop_g32 gives them back. */
 int state_take_g32(par_engine_t *e);
 void state_drop_g32(par_engine_t *e);
+/* ZeRO-Infinity: brings region r's optimizer arrays to the host (on) or
+ * lets them go back (off); no-op without it. */
+int state_resident(par_engine_t *e, int r, int on);
+/* The region of piece i. */
+int state_piece_region(const par_engine_t *e, int i);
 /* The optimizer's pieces over this rank's state. */
 int state_pieces(par_engine_t *e);
 /* Pointers of piece i into the parameters the optimizer updates (the

@@ -494,15 +494,28 @@ static int region_of_view(const par_engine_t *e, int view) {
   return e->nregions - 1;
 }
 
+int state_piece_region(const par_engine_t *e, int i) { return region_of_view(e, e->pieces[i].view); }
+
 void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v, void **lowp) {
   const piece_t *pc = &e->pieces[i];
   const par_gpt_view_t *vw = par_gpt_view(e->model, pc->view);
-  const region_t *rg = &e->regions[region_of_view(e, pc->view)];
+  int r = region_of_view(e, pc->view);
+  const region_t *rg = &e->regions[r];
   size_t rel = vw->offset - rg->off + pc->a;                 /* region-relative element */
   size_t full = rg->foff + rel;                              /* in the full buffers */
   size_t shard = rg->soff + rel - (size_t)e->rank * rg->shard; /* in the shard buffers */
   size_t st = e->zero == 0 ? full : shard;
   void *stored = e->zero <= 2 ? at(&e->full_p, full) : at(&e->shard_p, shard);
+  if (e->nvme) { /* the region's arrays while resident (NULL otherwise) */
+    size_t lo = e->zero == 0 ? rel : rel - (size_t)e->rank * rg->shard;
+    float **res = e->res + 3 * r;
+    *p = e->mixed ? (res[0] ? res[0] + lo : NULL) : stored;
+    *g = e->mixed ? (e->g32.data ? F(&e->g32) + st : NULL) : e->zero <= 1 ? F(&e->full_g) + full : F(&e->shard_g) + shard;
+    *m = res[1] ? res[1] + lo : NULL;
+    *v = res[2] ? res[2] + lo : NULL;
+    if (lowp) *lowp = e->mixed ? stored : NULL;
+    return;
+  }
   if (e->mixed) {
     *p = F(&e->master) + st;
     *g = e->g32.data ? F(&e->g32) + st : NULL;
@@ -522,9 +535,15 @@ int state_sync_lowp(par_engine_t *e) {
   if (!e->mixed) return STRATA_OK;
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
-    if (e->zero == 0) rc = convert(e, &e->full_p, g->foff, &e->master, g->foff, (size_t)e->size * g->shard);
-    else if (e->zero == 3) rc = convert(e, &e->shard_p, g->soff, &e->master, g->soff, g->shard);
-    else rc = convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &e->master, g->soff, g->shard);
+    if (e->nvme && !g->n) continue;
+    if ((rc = state_resident(e, r, 1))) break;
+    tensor_t mr = e->nvme ? tensor_view1(e->res[3 * r], TENSOR_F32, e->device, 1) : e->master;
+    size_t mo = e->nvme ? 0 : e->zero == 0 ? g->foff : g->soff; /* the region's first master element */
+    if (e->zero == 0) rc = convert(e, &e->full_p, g->foff, &mr, mo, (size_t)e->size * g->shard);
+    else if (e->zero == 3) rc = convert(e, &e->shard_p, g->soff, &mr, mo, g->shard);
+    else rc = convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &mr, mo, g->shard);
+    int rr = state_resident(e, r, 0);
+    if (!rc) rc = rr;
   }
   return rc ? rc : state_gather_updates(e);
 }
@@ -566,6 +585,7 @@ static float *init_range(par_engine_t *e, region_t *g, size_t *a, size_t *b) {
   *a = sharded ? (size_t)e->rank * g->shard : 0;
   *b = sharded ? *a + g->shard : g->n;
   if (*b > g->n) *b = g->n;
+  if (e->nvme && e->mixed) return e->res[3 * (int)(g - e->regions)]; /* the region's masters, resident */
   tensor_t *t = e->mixed ? &e->master : e->zero == 3 ? &e->shard_p : &e->full_p;
   return sharded ? F(t) + g->soff : F(t) + g->foff;
 }
@@ -586,11 +606,15 @@ static int read_init(par_engine_t *e) {
   const float *src = par_gpt_params(tmp, NULL);
   for (int r = 0; r < e->nregions && !rc; r++) {
     size_t a, b;
+    if (!e->regions[r].n || (rc = state_resident(e, r, 1))) continue;
     float *dst = init_range(e, &e->regions[r], &a, &b);
-    if (a >= b) continue;
-    tensor_t d = tensor_view1(dst, TENSOR_F32, e->device, (int64_t)(b - a));
-    tensor_t s = tensor_view1((float *)src + e->regions[r].off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
-    if ((rc = tensor_copy(e->tc, &d, &s))) tensor_fail(e, rc);
+    if (a < b) {
+      tensor_t d = tensor_view1(dst, TENSOR_F32, e->device, (int64_t)(b - a));
+      tensor_t s = tensor_view1((float *)src + e->regions[r].off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
+      if ((rc = tensor_copy(e->tc, &d, &s))) tensor_fail(e, rc);
+    }
+    int rr = state_resident(e, r, 0);
+    if (!rc) rc = rr;
   }
   par_gpt_destroy(tmp);
   return rc;
@@ -600,9 +624,12 @@ static int init_params(par_engine_t *e) {
   int rc = e->opts.init ? read_init(e) : STRATA_OK;
   for (int r = 0; r < e->nregions && !e->opts.init; r++) {
     size_t a, b;
+    if (!e->regions[r].n) continue;
+    if ((rc = state_resident(e, r, 1))) return rc;
     float *dst = init_range(e, &e->regions[r], &a, &b);
     if (a < b && par_gpt_init_values(e->model, e->opts.seed, e->regions[r].off + a, b - a, dst))
       return engine_fail(e, 0, STRATA_EINVAL, "initialising: %s", par_gpt_last_error(e->model));
+    if ((rc = state_resident(e, r, 0))) return rc;
   }
   return rc ? rc : state_sync_lowp(e);
 }
@@ -682,6 +709,61 @@ static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
   return STRATA_OK;
 }
 
+/* Region r's length in the optimizer's layout (0: another stage's). */
+static size_t opt_len(const par_engine_t *e, const region_t *g) {
+  return !g->n ? 0 : e->zero == 0 ? (size_t)e->size * g->shard : g->shard;
+}
+
+/* ZeRO-Infinity: each region's part of each optimizer array (masters under
+ * mixed precision, m, v) a tensor of liboffload, whose NVMe tier holds them
+ * all and whose host tier room for the arrays of one region at a time
+ * (chunks as large as the largest region's part, one per array and one
+ * more). */
+static int offload_nvme(par_engine_t *e, int arrays) {
+  offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
+  size_t most = 1;
+  char err[600];
+  const char *dir = e->opts.offload_dir ? e->opts.offload_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  if (e->device != TENSOR_CPU)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
+  for (int r = 0; r < e->nregions; r++)
+    if (opt_len(e, &e->regions[r]) > most) most = opt_len(e, &e->regions[r]);
+  oc.chunk_bytes = round_up(most * sizeof(float), 4096);
+  int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4); /* a region's arrays pinned, and one more */
+  oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_HOST] = (size_t)(count + 1) * oc.chunk_bytes;
+  oc.budget[OFFLOAD_NVME] = (size_t)(3 * e->nregions + 4) * oc.chunk_bytes;
+  oc.nvme_dir = dir;
+  int rc = offload_create(&e->off, &oc, err, sizeof err);
+  if (rc) return engine_fail(e, 1, rc, "optimizer offload to NVMe: %s", err);
+  e->nvme = 1;
+  if (!(e->off_ids = malloc(3 * (size_t)e->nregions * sizeof *e->off_ids)) ||
+      !(e->res = calloc(3 * (size_t)e->nregions, sizeof *e->res)))
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the offloaded optimizer's tables");
+  for (int r = 0; r < e->nregions; r++)
+    for (int k = 0; k < 3; k++) {
+      int bit = k == 0 ? 4 : k == 1 ? 1 : 2;
+      size_t n = opt_len(e, &e->regions[r]);
+      e->off_ids[3 * r + k] = -1;
+      if (!(arrays & bit) || !n) continue;
+      if ((rc = offload_tensor_add(e->off, n * sizeof(float), &e->off_ids[3 * r + k])))
+        return engine_fail(e, 0, rc, "optimizer offload to NVMe: %s", offload_error(e->off));
+    }
+  return STRATA_OK;
+}
+
+int state_resident(par_engine_t *e, int r, int on) {
+  if (!e->nvme) return STRATA_OK;
+  for (int k = 0; k < 3; k++) {
+    int id = e->off_ids[3 * r + k], rc;
+    if (id < 0) continue;
+    void *p = NULL;
+    rc = on ? offload_access(e->off, id, OFFLOAD_HOST, &p) : offload_release(e->off, id, OFFLOAD_HOLD);
+    if (rc) return engine_fail(e, 0, rc, "optimizer state of region %d: %s", r, offload_error(e->off));
+    e->res[3 * r + k] = p;
+  }
+  return STRATA_OK;
+}
+
 int state_create(par_engine_t *e) {
   int rc, dp = e->size, arrays;
   e->nregions = par_gpt_num_regions(e->model);
@@ -703,6 +785,7 @@ int state_create(par_engine_t *e) {
                              : alloc(e, &e->shard_g, e->wdt, e->nshard, "gradient shard");
   arrays = e->state_arrays | (e->mixed ? 4 : 0);
   if (!rc && e->layout.offload_optimizer == PAR_TIER_CPU) rc = offload_optimizer(e, arrays, no);
+  else if (!rc && e->layout.offload_optimizer == PAR_TIER_NVME) rc = offload_nvme(e, arrays);
   else {
     if (!rc && e->mixed) rc = alloc(e, &e->master, TENSOR_F32, no, "fp32 master parameters");
     if (!rc && (arrays & 1)) rc = alloc(e, &e->m, TENSOR_F32, no, "optimizer state m");
@@ -727,6 +810,8 @@ void state_destroy(par_engine_t *e) {
   if (!e->regions) return;
   state_release_all(e);
   release(e, &e->full_p), release(e, &e->full_g), release(e, &e->shard_p), release(e, &e->shard_g);
+  free(e->off_ids), free(e->res);
+  e->off_ids = NULL, e->res = NULL, e->nvme = 0;
   if (e->off) { /* views of the host tier's chunks */
     memset(&e->m, 0, sizeof e->m), memset(&e->v, 0, sizeof e->v), memset(&e->master, 0, sizeof e->master);
     offload_destroy(e->off);
