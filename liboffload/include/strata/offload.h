@@ -98,7 +98,7 @@ STRATA_API int offload_tensor_state(const offload_t *o, int tensor, offload_stat
 STRATA_API int offload_access(offload_t *o, int tensor, offload_tier_t tier, void **ptr);
 /* Moves tensor from COMPUTE to state (not COMPUTE). */
 STRATA_API int offload_release(offload_t *o, int tensor, offload_state_t state);
-/* Bytes of tier the rest of the program uses now (recorded in the trace);
+/* Bytes of tier the rest of the program uses now (the device or the host);
  * chunks beyond the remaining room move down at once (EINVAL for the NVMe
  * tier; ENOMEM when pinned chunks leave no way). */
 STRATA_API int offload_set_other(offload_t *o, offload_tier_t tier, size_t bytes);

@@ -1,5 +1,7 @@
-/* The training engine: model, optimizer and data-parallel communicator of
- * one rank, with step, evaluate, save and load (strata/par_train.h).
+/* The training engine: model, optimizer and communicators of one rank,
+ * with step, evaluate, save and load (strata/par_train.h). Tensor
+ * parallelism runs inside the model, pipeline stages in pipeline.c, the
+ * optimizer state's offload through liboffload (state.c).
  *
  * Data parallelism with ZeRO stage 0-3 (state.c has the layout and the
  * communication): every rank computes its share of the global batch; the

@@ -1,6 +1,7 @@
 /* The engine's internals, shared by engine.c (create, step, evaluate),
  * state.c (the sharded training state, the model's hooks, the
- * communication), engine_ckpt.c (save, load) and train.c (the loop). */
+ * communication, the optimizer state's offload), pipeline.c (pipeline
+ * stages), engine_ckpt.c (save, load) and train.c (the loop). */
 #ifndef STRATA_PAR_ENGINE_INTERNAL_H
 #define STRATA_PAR_ENGINE_INTERNAL_H
 
