@@ -22,6 +22,7 @@ struct optim {
   optim_schedule sched;
   long step;
   int pending;     /* LAMB: optim_partials advanced m and v, apply must follow */
+  int in_step;     /* optim_step_begin: parts of one step, counted at optim_step_end */
   optim_job *jobs; /* scratch, capjobs long */
   int capjobs;
   char err[256];
@@ -241,7 +242,7 @@ int optim_set_step(optim *o, long step) {
   if (!o) return STRATA_EINVAL;
   if (step < 0) return FAIL(o, STRATA_EINVAL, "optim_set_step: step = %ld must be >= 0", step);
   o->step = step;
-  o->pending = 0;
+  o->pending = 0, o->in_step = 0;
   return STRATA_OK;
 }
 
@@ -401,7 +402,7 @@ int optim_partials(optim *o, double *sums, size_t nsums, const optim_tensor *t, 
   if ((rc = prepare(o, t, nt, grad_scale, 1, "optim_partials"))) goto fail;
   memset(sums, 0, nsums * sizeof *sums);
   if (o->cfg.kind == OPTIM_LAMB) {
-    if (o->pending) {
+    if (o->pending && !o->in_step) {
       rc = FAIL(o, STRATA_ESTATE,
                 "optim_partials: LAMB phase one already ran for step %ld; call optim_apply",
                 o->step + 1);
@@ -455,10 +456,29 @@ int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, siz
   }
   static const int ops[] = {OP_SGD, OP_ADAMW, OP_LAMB, OP_LARS};
   if ((rc = run(o, ops[kind], nt, NULL))) goto fail;
-  o->pending = 0;
-  o->step++;
+  if (!o->in_step) { /* (between optim_step_begin and _end the step is counted at the end) */
+    o->pending = 0;
+    o->step++;
+  }
 fail:
   return rc;
+}
+
+int optim_step_begin(optim *o) {
+  if (!o) return STRATA_EINVAL;
+  if (o->in_step || o->pending)
+    return FAIL(o, STRATA_ESTATE, "optim_step_begin: step %ld is %s", o->step + 1,
+                o->in_step ? "already begun" : "half done (optim_partials without optim_apply)");
+  o->in_step = 1;
+  return STRATA_OK;
+}
+
+int optim_step_end(optim *o) {
+  if (!o) return STRATA_EINVAL;
+  if (!o->in_step) return FAIL(o, STRATA_ESTATE, "optim_step_end: no step begun (optim_step_begin)");
+  o->in_step = 0, o->pending = 0;
+  o->step++;
+  return STRATA_OK;
 }
 
 int optim_step(optim *o, const optim_tensor *t, int nt, float grad_scale) {

@@ -149,3 +149,57 @@ Test(shard, adamw_clipped) {
 Test(shard, sgd_clipped) {
   shard_case(OPTIM_SGD, 2.0f);
 }
+
+/* One step in parts (optim_step_begin / _end, what a caller streaming the
+ * optimizer's state from an offload tier does): tensor by tensor, phase one
+ * of every part before phase two, equals one call over all of them bit for
+ * bit, and counts one step. Misuse is refused. */
+Test(shard, step_in_parts_equals_whole) {
+  const int kinds[4] = {OPTIM_ADAMW, OPTIM_LAMB, OPTIM_LARS, OPTIM_SGD};
+  for (int kk = 0; kk < 4; kk++) {
+    int kind = kinds[kk];
+    optim *o[2];
+    float *p[2][NT], *m[2][NT], *v[2][NT], *g[NT];
+    optim_tensor t[2][NT];
+    for (int i = 0; i < NT; i++) {
+      g[i] = malloc(sizes[i] * 4);
+      for (size_t j = 0; j < sizes[i]; j++) g[i][j] = (float)sin(0.37 * (double)(j + 11 * i)) * 1e-2f;
+    }
+    for (int w = 0; w < 2; w++) {
+      optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+      cfg.kind = kind;
+      cr_assert_eq(optim_create(&o[w], &cfg, NULL, 0), 0);
+      optim_group gr = optim_group_defaults(kind);
+      gr.momentum = kind == OPTIM_SGD ? 0.9f : gr.momentum;
+      int id;
+      cr_assert_eq(optim_add_group(o[w], &gr, &id), 0);
+      for (int i = 0; i < NT; i++) {
+        p[w][i] = malloc(sizes[i] * 4), m[w][i] = calloc(sizes[i], 4), v[w][i] = calloc(sizes[i], 4);
+        for (size_t j = 0; j < sizes[i]; j++) p[w][i][j] = (float)cos(0.11 * (double)(j + 5 * i));
+        t[w][i] = (optim_tensor){.param = p[w][i], .grad = g[i], .m = m[w][i], .v = v[w][i], .group = id, .n = sizes[i]};
+      }
+    }
+    for (int s = 0; s < STEPS; s++) {
+      cr_assert_eq(optim_step(o[0], t[0], NT, 1.0f), 0);
+      double sums[2 * NT];
+      cr_assert_eq(optim_step_begin(o[1]), 0);
+      cr_expect_eq(optim_step_begin(o[1]), STRATA_ESTATE, "begun twice");
+      for (int i = 0; i < NT; i++) cr_assert_eq(optim_partials(o[1], sums + 2 * i, 2, &t[1][i], 1, 1.0f), 0);
+      for (int i = 0; i < NT; i++) cr_assert_eq(optim_apply(o[1], &t[1][i], 1, sums + 2 * i, 2, 1.0f), 0);
+      cr_expect_eq(optim_get_step(o[1]), s, "counted before optim_step_end");
+      cr_assert_eq(optim_step_end(o[1]), 0);
+    }
+    cr_expect_eq(optim_step_end(o[1]), STRATA_ESTATE, "ended without a beginning");
+    cr_expect_eq(optim_get_step(o[0]), STEPS);
+    cr_expect_eq(optim_get_step(o[1]), STEPS);
+    for (int i = 0; i < NT; i++) {
+      cr_expect(!memcmp(p[0][i], p[1][i], sizes[i] * 4), "kind %d tensor %d: parameters differ", kind, i);
+      cr_expect(!memcmp(m[0][i], m[1][i], sizes[i] * 4), "kind %d tensor %d: m differs", kind, i);
+    }
+    for (int w = 0; w < 2; w++) {
+      for (int i = 0; i < NT; i++) free(p[w][i]), free(m[w][i]), free(v[w][i]);
+      optim_destroy(o[w]);
+    }
+    for (int i = 0; i < NT; i++) free(g[i]);
+  }
+}

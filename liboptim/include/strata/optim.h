@@ -154,6 +154,13 @@ STRATA_API int optim_apply(optim *o, const optim_tensor *t, int nt, const double
                            size_t nsums, float grad_scale);
 /* Both phases for whole tensors held by one process. */
 STRATA_API int optim_step(optim *o, const optim_tensor *t, int nt, float grad_scale);
+/* One step over tensors that are not all in memory at once (streamed from
+ * an offload tier): between optim_step_begin and optim_step_end, phase one
+ * and phase two (or optim_step) may run on disjoint parts of the tensors,
+ * each part's phase one before its phase two; all use the same step, which
+ * is counted at optim_step_end. The result equals one call over all. */
+STRATA_API int optim_step_begin(optim *o);
+STRATA_API int optim_step_end(optim *o);
 
 /* Clipping and inf/nan detection, phase one: sumsq[i] = sum of grad_i^2 over
  * the local shard (double; +inf or nan when a gradient is not finite). The

@@ -106,10 +106,6 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout: this engine offloads the optimizer state (to the host or to NVMe); parameter and "
                        "gradient offload are not in it yet");
-  if (lay->offload_optimizer == PAR_TIER_NVME && par_optim_kind(oc->name) == OPTIM_LAMB)
-    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout: the optimizer state on NVMe is updated region by region, which LAMB's two phases "
-                       "over all tensors are not yet; use AdamW, SGD or LARS there, or offload to the host");
   if (lay->partition_activations && !mc->recompute)
     return engine_fail(e, 1, STRATA_EINVAL,
                        "layout: partitioned activation checkpoints need the model's recompute (they split the "
@@ -473,12 +469,13 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
  * applied (liboptim's two phases). */
 /* ZeRO-Infinity: the update region by region, each region's optimizer
  * arrays brought to the host for it (and written back to NVMe as others
- * come); every region's call starts from the step's optimizer step, the
- * last leaves it one further. LARS's sums first, over all regions. */
+ * come), in one liboptim step over the parts (optim_step_begin/_end);
+ * LAMB's and LARS's phase one over all regions first, their sums reduced,
+ * then phase two. */
 static int update_streamed(par_engine_t *e, float scale) {
-  int rc = STRATA_OK, kind = par_optim_kind(e->optim_name), two = kind == OPTIM_LARS;
+  int rc, kind = par_optim_kind(e->optim_name), two = kind == OPTIM_LARS || kind == OPTIM_LAMB;
   long s0 = optim_get_step(e->opt);
-  size_t ns = 2 * (size_t)e->npieces;
+  if ((rc = optim_step_begin(e->opt))) return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
   for (int phase = two ? 0 : 1; phase < 2 && !rc; phase++) {
     for (int i0 = 0, i1; i0 < e->npieces && !rc; i0 = i1) {
       int r = state_piece_region(e, i0);
@@ -489,20 +486,23 @@ static int update_streamed(par_engine_t *e, float scale) {
         state_piece_ptrs(e, i, &p, &g, &m, &v, NULL);
         e->tens[i].param = p, e->tens[i].m = m, e->tens[i].v = v;
       }
-      optim_set_step(e->opt, s0);
-      if (phase == 0) rc = optim_partials(e->opt, e->sq + 2 * (size_t)i0, 2 * (size_t)(i1 - i0), e->tens + i0, i1 - i0, scale);
-      else if (two) rc = optim_apply(e->opt, e->tens + i0, i1 - i0, e->sq + 2 * (size_t)i0, 2 * (size_t)(i1 - i0), scale);
-      else rc = optim_step(e->opt, e->tens + i0, i1 - i0, scale);
+      double *sq = e->sq + 2 * (size_t)i0;
+      size_t nsq = 2 * (size_t)(i1 - i0);
+      if (phase == 0) rc = optim_partials(e->opt, sq, nsq, e->tens + i0, i1 - i0, scale);
+      else rc = optim_apply(e->opt, e->tens + i0, i1 - i0, two ? sq : NULL, two ? nsq : 0, scale);
       if (rc) engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
       for (int i = i0; i < i1; i++) e->tens[i].param = NULL, e->tens[i].m = e->tens[i].v = NULL;
       int rr = state_resident(e, r, 0);
       if (!rc) rc = rr;
     }
-    if (!rc && phase == 0 && (rc = sum_views(e, e->sq, 2))) break;
+    if (!rc && phase == 0) rc = sum_views(e, e->sq, 2);
   }
-  if (!rc) optim_set_step(e->opt, s0 + 1);
-  (void)ns;
-  return rc;
+  if (rc) {
+    optim_set_step(e->opt, s0); /* (the step is not counted) */
+    return rc;
+  }
+  if ((rc = optim_step_end(e->opt))) return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+  return STRATA_OK;
 }
 
 static int update(par_engine_t *e, float scale) {
