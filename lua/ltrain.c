@@ -27,6 +27,9 @@ typedef struct {
   par_engine_t *e; /* freed by run_free, also on errors through __gc */
   long log_every, kill_step;
   int fp16; /* the progress line shows the loss scale */
+  int offload;           /* ... and the bytes the optimizer offload moves between tiers */
+  uint64_t off_moved;    /* as of the last line */
+  long off_step;
   int tty;
   double flops_per_token, peak; /* model FLOPs per token; sgemm peak of one rank (0: unknown) */
   const char *resume, *ckpt; /* held by the configuration table */
@@ -153,7 +156,7 @@ static void progress(void *ctx, const par_progress_t *p) {
     return;
   }
   if (p->rank == 0 && (r->tty || p->step % r->log_every == 0 || p->evaluated || p->step == p->steps)) {
-    char etas[32], els[32], vals[32] = "", mfu[32] = "", scale[64] = "";
+    char etas[32], els[32], vals[32] = "", mfu[32] = "", scale[112] = "";
     fmt_duration(etas, sizeof etas, p->eta_s);
     fmt_duration(els, sizeof els, p->elapsed_s);
     if (!isnan(p->last_val_loss)) snprintf(vals, sizeof vals, " | val %.4f", p->last_val_loss);
@@ -162,6 +165,13 @@ static void progress(void *ctx, const par_progress_t *p) {
     double flops = r->flops_per_token * p->tokens_per_s;
     if (r->peak > 0) snprintf(mfu, sizeof mfu, " (MFU %.0f%%)", 100 * flops / (r->peak * p->ranks));
     if (r->fp16) snprintf(scale, sizeof scale, " | scale %g (%ld skipped)", p->loss_scale, p->overflows);
+    par_engine_info_t in;
+    if (r->offload && p->step > r->off_step && par_engine_info(r->e, &in) == STRATA_OK) {
+      size_t k = strlen(scale);
+      snprintf(scale + k, sizeof scale - k, " | offload %.1f MB/step",
+               (double)(in.offload_moved - r->off_moved) / 1e6 / (double)(p->step - r->off_step));
+      r->off_moved = in.offload_moved, r->off_step = p->step;
+    }
     if (r->tty)
       fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank%s | %s, ETA %s   ",
               p->step, p->steps, p->loss, vals, p->tokens_per_s / 1e3, flops / 1e9, mfu,
@@ -233,6 +243,7 @@ static int l_train(lua_State *L) {
   const char *prec = cfg_str(L, "parallel", "precision");
   lay.precision = !strcmp(prec, "bf16") ? PAR_PREC_BF16 : !strcmp(prec, "fp16") ? PAR_PREC_FP16 : PAR_PREC_FP32;
   r->fp16 = lay.precision == PAR_PREC_FP16;
+  r->offload = lay.offload_optimizer == PAR_TIER_NVME; /* (the static policy moves nothing) */
   par_optim_config_t oc = {
       .name = cfg_str(L, "optim", "name"), .lr = cfg_num(L, "optim", "lr"),
       .min_lr = cfg_num(L, "optim", "min_lr"), .schedule = cfg_str(L, "optim", "schedule"),

@@ -144,6 +144,7 @@ mkdir -p "$work/nvme"
 "$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off2/metrics.h5" >"$work/offs2.log" 2>&1 \
   || fail "NVMe offload changed the losses: $(tail -2 "$work/offs2.log")"
 [ -z "$(ls -A "$work/nvme")" ] || fail "the NVMe tier left files: $(ls "$work/nvme")"
+grep -qE "^step 6/6 .*\| offload [0-9.]+ MB/step" "$work/off2.log" || fail "NVMe offload: no bytes in the progress line: $(grep '^step' "$work/off2.log" | tail -1)"
 # recipes/zero.lua: the four stages, a table against the planner, a plot
 "$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
 [ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \
