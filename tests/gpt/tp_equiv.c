@@ -29,6 +29,8 @@
 #include <strata/comm.h>
 #include <strata/par_gpt.h>
 
+#include "gpt/tp_slice.h"
+
 static int rank, ranks, fails;
 #define CHECK(cond, ...)                                                                           \
   do {                                                                                             \
@@ -39,20 +41,6 @@ static int rank, ranks, fails;
       fails++;                                                                                     \
     }                                                                                              \
   } while (0)
-
-/* This rank's slice of serial view sv (global layout) in the local layout
- * of tv, as par_gpt_split_t describes it. */
-static void slice(const par_gpt_view_t *tv, const float *serial, float *out, int r) {
-  int64_t R = tv->shape[0], C = tv->ndim > 1 ? tv->shape[1] : 1, GC = tv->ndim > 1 ? tv->global[1] : 1;
-  for (int64_t i = 0; i < R; i++)
-    for (int64_t j = 0; j < C; j++) {
-      int64_t gi = i, gj = j;
-      if (tv->split == PAR_GPT_SPLIT_ROWS) gi = r * R + i;
-      else if (tv->split == PAR_GPT_SPLIT_COLS) gj = r * C + j;
-      else if (tv->split == PAR_GPT_SPLIT_QKV) gi = (i / (R / 3)) * (tv->global[0] / 3) + r * (R / 3) + i % (R / 3);
-      out[i * C + j] = serial[gi * GC + gj];
-    }
-}
 
 static void run(const par_gpt_config_t *c, comm_t *tp, int seqp) {
   const int B = 2, T = c->seq;
@@ -72,7 +60,7 @@ static void run(const par_gpt_config_t *c, comm_t *tp, int seqp) {
   int same = 1;
   for (int i = 0; i < nv; i++) {
     const par_gpt_view_t *tv = par_gpt_view(m, i), *sv = par_gpt_view(s, i);
-    slice(tv, sp + sv->offset, buf, rank);
+    tp_slice_view(tv, sp + sv->offset, buf, rank);
     same &= !memcmp(buf, mp + tv->offset, tv->numel * sizeof(float));
   }
   CHECK(same, "L%d h%d: the tensor-parallel parameters are not the serial model's slices", c->layers, c->hidden);
@@ -91,7 +79,7 @@ static void run(const par_gpt_config_t *c, comm_t *tp, int seqp) {
   const char *wname = "";
   for (int i = 0; i < nv; i++) {
     const par_gpt_view_t *tv = par_gpt_view(m, i), *sv = par_gpt_view(s, i);
-    slice(tv, sg + sv->offset, buf, rank);
+    tp_slice_view(tv, sg + sv->offset, buf, rank);
     double big = 0, d = 0;
     for (size_t k = 0; k < tv->numel; k++) {
       big = fmax(big, fabs(buf[k]));

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strata/parallel.h>
 
+#include "gpt/tp_slice.h"
+
 static const char *harness_name = "test";
 static int rank, ranks, fails;
 
@@ -64,15 +66,7 @@ static inline void move_sums(const float *want, const float *got, const float *s
 static inline void slice_all(par_gpt_t *m, par_gpt_t *serial, const float *full, float *out, int r) {
   for (int i = 0; i < par_gpt_num_views(m); i++) {
     const par_gpt_view_t *v = par_gpt_view(m, i), *sv = par_gpt_view(serial, i);
-    int64_t R = v->shape[0], C = v->ndim > 1 ? v->shape[1] : 1, GC = v->ndim > 1 ? v->global[1] : 1;
-    for (int64_t a = 0; a < R; a++)
-      for (int64_t b = 0; b < C; b++) {
-        int64_t ga = a, gb = b;
-        if (v->split == PAR_GPT_SPLIT_ROWS) ga = r * R + a;
-        else if (v->split == PAR_GPT_SPLIT_COLS) gb = r * C + b;
-        else if (v->split == PAR_GPT_SPLIT_QKV) ga = (a / (R / 3)) * (v->global[0] / 3) + r * (R / 3) + a % (R / 3);
-        out[v->offset + a * C + b] = full[sv->offset + ga * GC + gb];
-      }
+    tp_slice_view(v, full + sv->offset, out + v->offset, r);
   }
 }
 

@@ -681,26 +681,37 @@ static int make_buckets(par_engine_t *e) {
   return STRATA_OK;
 }
 
+/* The optimizer arrays' bits in state_arrays order of the offload tables:
+ * k = 0 the fp32 masters (bit 4), 1 m (bit 1), 2 v (bit 2). */
+static const int opt_bits[3] = {4, 1, 2};
+
+/* liboffload's manager for the optimizer state: chunks of `most` floats,
+ * `host` of them on the host tier, `nvme` on the NVMe tier (0: none). */
+static int open_offload(par_engine_t *e, size_t most, size_t host, size_t nvme) {
+  offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
+  char err[600];
+  if (e->device != TENSOR_CPU)
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
+  oc.chunk_bytes = round_up((most ? most : 1) * sizeof(float), 4096);
+  oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_HOST] = host * oc.chunk_bytes;
+  oc.budget[OFFLOAD_NVME] = nvme * oc.chunk_bytes;
+  oc.nvme_dir = e->opts.offload_dir ? e->opts.offload_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  int rc = offload_create(&e->off, &oc, err, sizeof err);
+  return rc ? engine_fail(e, 1, rc, "optimizer offload: %s", err) : STRATA_OK;
+}
+
 /* ZeRO-Offload's static policy: each optimizer array (the fp32 masters
  * under mixed precision, m, v) is one tensor of liboffload's host tier, in a
  * chunk of its own, made and pinned there now (zeroed) for the engine's
  * life; the tensors below view it. */
 static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
-  offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
   int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4);
-  char err[600];
-  oc.chunk_bytes = round_up((n ? n : 1) * sizeof(float), 4096);
-  oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_NVME] = 0;
-  oc.budget[OFFLOAD_HOST] = (size_t)(count ? count : 1) * oc.chunk_bytes;
-  if (e->device != TENSOR_CPU)
-    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
-  int rc = offload_create(&e->off, &oc, err, sizeof err);
-  if (rc) return engine_fail(e, 0, rc, "optimizer offload: %s", err);
+  int rc = open_offload(e, n, count ? (size_t)count : 1, 0);
+  if (rc) return rc;
   tensor_t *ts[3] = {&e->master, &e->m, &e->v};
-  for (int k = 0; k < 3; k++) {
-    int bit = k == 0 ? 4 : k == 1 ? 1 : 2, t;
+  for (int k = 0, t; k < 3; k++) {
     void *p = NULL;
-    if (!(arrays & bit)) continue;
+    if (!(arrays & opt_bits[k])) continue;
     if ((rc = offload_tensor_add(e->off, n * sizeof(float), &t)) ||
         (rc = offload_access(e->off, t, OFFLOAD_HOST, &p)))
       return engine_fail(e, 0, rc, "optimizer offload: %s", offload_error(e->off));
@@ -714,37 +725,25 @@ static size_t opt_len(const par_engine_t *e, const region_t *g) {
   return !g->n ? 0 : e->zero == 0 ? (size_t)e->size * g->shard : g->shard;
 }
 
-/* ZeRO-Infinity: each region's part of each optimizer array (masters under
- * mixed precision, m, v) a tensor of liboffload, whose NVMe tier holds them
- * all and whose host tier room for the arrays of one region at a time
- * (chunks as large as the largest region's part, one per array and one
- * more). */
+/* ZeRO-Infinity: each region's part of each optimizer array a tensor of
+ * liboffload, whose NVMe tier holds them all and whose host tier room for
+ * the arrays of one region at a time (chunks as large as the largest
+ * region's part, one per array and one more). */
 static int offload_nvme(par_engine_t *e, int arrays) {
-  offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
   size_t most = 1;
-  char err[600];
-  const char *dir = e->opts.offload_dir ? e->opts.offload_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-  if (e->device != TENSOR_CPU)
-    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
   for (int r = 0; r < e->nregions; r++)
     if (opt_len(e, &e->regions[r]) > most) most = opt_len(e, &e->regions[r]);
-  oc.chunk_bytes = round_up(most * sizeof(float), 4096);
-  int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4); /* a region's arrays pinned, and one more */
-  oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_HOST] = (size_t)(count + 1) * oc.chunk_bytes;
-  oc.budget[OFFLOAD_NVME] = (size_t)(3 * e->nregions + 4) * oc.chunk_bytes;
-  oc.nvme_dir = dir;
-  int rc = offload_create(&e->off, &oc, err, sizeof err);
-  if (rc) return engine_fail(e, 1, rc, "optimizer offload to NVMe: %s", err);
+  int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4), rc;
+  if ((rc = open_offload(e, most, (size_t)count + 1, 3 * (size_t)e->nregions + 4))) return rc;
   e->nvme = 1;
   if (!(e->off_ids = malloc(3 * (size_t)e->nregions * sizeof *e->off_ids)) ||
       !(e->res = calloc(3 * (size_t)e->nregions, sizeof *e->res)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the offloaded optimizer's tables");
   for (int r = 0; r < e->nregions; r++)
     for (int k = 0; k < 3; k++) {
-      int bit = k == 0 ? 4 : k == 1 ? 1 : 2;
       size_t n = opt_len(e, &e->regions[r]);
       e->off_ids[3 * r + k] = -1;
-      if (!(arrays & bit) || !n) continue;
+      if (!(arrays & opt_bits[k]) || !n) continue;
       if ((rc = offload_tensor_add(e->off, n * sizeof(float), &e->off_ids[3 * r + k])))
         return engine_fail(e, 0, rc, "optimizer offload to NVMe: %s", offload_error(e->off));
     }
