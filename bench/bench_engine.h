@@ -28,7 +28,7 @@ static inline void bench_init(int *argc, char ***argv, const char *name, int nee
   }
 }
 
-static par_engine_t *bench_engine(const par_gpt_config_t *mc, const par_layout_t *lay,
+static inline par_engine_t *bench_engine(const par_gpt_config_t *mc, const par_layout_t *lay,
                                   const par_engine_options_t *eo) {
   par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
   par_engine_t *e = NULL;
@@ -41,7 +41,7 @@ static par_engine_t *bench_engine(const par_gpt_config_t *mc, const par_layout_t
 }
 
 /* The default Markov corpus of 2^20 tokens in samples of seq. */
-static par_data_t *bench_data(int seq) {
+static inline par_data_t *bench_data(int seq) {
   par_data_options_t o = PAR_DATA_DEFAULTS;
   o.seq = seq, o.markov_tokens = 1 << 20;
   par_data_t *d = NULL;
@@ -53,14 +53,14 @@ static par_data_t *bench_data(int seq) {
   return d;
 }
 
-static double bench_now(void) {
+static inline double bench_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Tokens/s of `steps` steps after one warm-up step, tokens_per_step each. */
-static double bench_run(par_engine_t *e, par_data_t *d, int steps, double tokens_per_step) {
+static inline double bench_run(par_engine_t *e, par_data_t *d, int steps, double tokens_per_step) {
   par_step_t st;
   if (par_engine_step(e, d, &st)) goto fail;
   double t0 = bench_now();
@@ -74,7 +74,7 @@ fail:
 }
 
 /* The other ranks wait without taking a core (MPI's blocking waits spin). */
-static void bench_idle_until_done(void) {
+static inline void bench_idle_until_done(void) {
   MPI_Request rq;
   MPI_Ibarrier(MPI_COMM_WORLD, &rq);
   for (int done = 0; !done;) {

@@ -28,7 +28,8 @@ typedef struct {
   long log_every, kill_step;
   int fp16; /* the progress line shows the loss scale */
   int offload;           /* ... and the bytes the optimizer offload moves between tiers */
-  uint64_t off_moved;    /* as of the last line */
+  uint64_t off_moved[2]; /* as of the last line: down and up between the tiers off_tier, off_tier + 1 */
+  int off_tier;          /* 0: the device and the host (chunks), 1: the host and NVMe */
   long off_step;
   int tty;
   double flops_per_token, peak; /* model FLOPs per token; sgemm peak of one rank (0: unknown) */
@@ -156,7 +157,7 @@ static void progress(void *ctx, const par_progress_t *p) {
     return;
   }
   if (p->rank == 0 && (r->tty || p->step % r->log_every == 0 || p->evaluated || p->step == p->steps)) {
-    char etas[32], els[32], vals[32] = "", mfu[32] = "", scale[112] = "";
+    char etas[32], els[32], vals[32] = "", mfu[32] = "", scale[160] = "";
     fmt_duration(etas, sizeof etas, p->eta_s);
     fmt_duration(els, sizeof els, p->elapsed_s);
     if (!isnan(p->last_val_loss)) snprintf(vals, sizeof vals, " | val %.4f", p->last_val_loss);
@@ -167,10 +168,17 @@ static void progress(void *ctx, const par_progress_t *p) {
     if (r->fp16) snprintf(scale, sizeof scale, " | scale %g (%ld skipped)", p->loss_scale, p->overflows);
     par_engine_info_t in;
     if (r->offload && p->step > r->off_step && par_engine_info(r->e, &in) == STRATA_OK) {
+      /* bytes moved per step between the tiers that exchange them: the chunks' device and host,
+       * ZeRO-Infinity's host and NVMe */
+      int a = r->off_tier, b = a + 1;
+      const char *names[] = {"dev", "host", "nvme"};
+      double s = 1e6 * (double)(p->step - r->off_step);
       size_t k = strlen(scale);
-      snprintf(scale + k, sizeof scale - k, " | offload %.1f MB/step",
-               (double)(in.offload_moved - r->off_moved) / 1e6 / (double)(p->step - r->off_step));
-      r->off_moved = in.offload_moved, r->off_step = p->step;
+      snprintf(scale + k, sizeof scale - k, " | offload %s>%s %.1f %s>%s %.1f MB/step", names[a], names[b],
+               (double)(in.offload_moved_tier[a][b] - r->off_moved[0]) / s, names[b], names[a],
+               (double)(in.offload_moved_tier[b][a] - r->off_moved[1]) / s);
+      r->off_moved[0] = in.offload_moved_tier[a][b], r->off_moved[1] = in.offload_moved_tier[b][a];
+      r->off_step = p->step;
     }
     if (r->tty)
       fprintf(stderr, "\rstep %ld/%ld | loss %.4f%s | %.1fk tok/s | %.1f GFLOP/s%s | mem %.1f MiB/rank%s | %s, ETA %s   ",
@@ -208,7 +216,8 @@ static int run_stopped(lua_State *L, const par_train_result_t *res) {
 
 /* ------------------------------------------------------------ train */
 
-/* strata.train(cfg, data) -> summary table {steps=, loss=, val_loss=, entropy_rate=, tokens_per_s=, mem_peak=} */
+/* strata.train(cfg, data) -> summary table {steps=, loss=, val_loss=, entropy_rate=, tokens_per_s=, mem_peak=,
+ * device_peak=, params=} */
 static int l_train(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   par_data_t *data = lstrata_todata(L, 2);
@@ -243,7 +252,8 @@ static int l_train(lua_State *L) {
   const char *prec = cfg_str(L, "parallel", "precision");
   lay.precision = !strcmp(prec, "bf16") ? PAR_PREC_BF16 : !strcmp(prec, "fp16") ? PAR_PREC_FP16 : PAR_PREC_FP32;
   r->fp16 = lay.precision == PAR_PREC_FP16;
-  r->offload = lay.offload_optimizer == PAR_TIER_NVME; /* (the static policy moves nothing) */
+  r->offload = lay.offload_optimizer == PAR_TIER_NVME || !strcmp(policy, "chunks"); /* (static moves nothing) */
+  r->off_tier = lay.offload_optimizer == PAR_TIER_NVME ? 1 : 0;
   par_optim_config_t oc = {
       .name = cfg_str(L, "optim", "name"), .lr = cfg_num(L, "optim", "lr"),
       .min_lr = cfg_num(L, "optim", "min_lr"), .schedule = cfg_str(L, "optim", "schedule"),
@@ -254,6 +264,10 @@ static int l_train(lua_State *L) {
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.seed = (uint64_t)cfg_int(L, "train", "seed");
   eo.offload_dir = cfg_str(L, "offload", "nvme_dir")[0] ? cfg_str(L, "offload", "nvme_dir") : NULL;
+  eo.offload_chunks = !strcmp(policy, "chunks");
+  eo.device_bytes = cfg_num(L, "offload", "device_mb") * 1048576.0;
+  eo.host_bytes = cfg_num(L, "offload", "host_mb") * 1048576.0;
+  eo.chunk_bytes = cfg_num(L, "offload", "chunk_mb") * 1048576.0;
   eo.threads = threads;
   eo.steps = (long)cfg_int(L, "train", "steps");
   eo.comm = lstrata_world(L);
@@ -405,6 +419,12 @@ static int l_train(lua_State *L) {
   par_engine_memory(r->e, &mem_cur, &mem_peak);
   lua_pushinteger(L, (lua_Integer)mem_peak);
   lua_setfield(L, -2, "mem_peak"); /* bytes of this rank */
+  par_engine_info_t in;
+  par_engine_info(r->e, &in);
+  lua_pushinteger(L, (lua_Integer)in.device_peak);
+  lua_setfield(L, -2, "device_peak"); /* the device's bytes at most, the chunk policy's chunks there counted */
+  lua_pushinteger(L, (lua_Integer)par_gpt_param_count(&mc));
+  lua_setfield(L, -2, "params");
   lua_pushcfunction(L, run_free); /* free now, not at the next collection */
   lua_pushvalue(L, run_idx);
   lua_call(L, 1, 0);

@@ -106,9 +106,12 @@ local sections = {
                 doc = "a failed save (full disk): stop the run, or report it and train on"},
   },
   offload = {
-    policy = {t = ENUM, values = {"none", "static", "nvme"}, default = "none",
-              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU; nvme: ZeRO-Infinity's, on the NVMe tier, streamed through the host region by region"},
+    policy = {t = ENUM, values = {"none", "static", "nvme", "chunks"}, default = "none",
+              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU; nvme: ZeRO-Infinity's, on the NVMe tier, streamed through the host region by region; chunks: PatrickStar's, parameters, gradients and optimizer state in chunks that move between device and host as the step needs them (ZeRO stage 0, tp = pp = 1; needs device_mb)"},
     nvme_dir = {t = STR, doc = "with policy = \"nvme\": the NVMe tier's directory (default $TMPDIR or /tmp)"},
+    device_mb = {t = NUM, min = 0, default = 0, doc = "the device's memory in MiB (on the CPU path a cap standing in for a GPU's); 0: no cap"},
+    host_mb = {t = NUM, min = 0, default = 0, doc = "liboffload's host tier in MiB (static and chunks); 0: what the policy needs"},
+    chunk_mb = {t = NUM, min = 0, default = 0, doc = "with policy = \"chunks\": the chunks' size in MiB; 0: PatrickStar's search (the size that wastes least)"},
   },
   metrics = {
     path = {t = STR, doc = "metrics file (default RUN_DIR/metrics.h5)"},
@@ -298,6 +301,15 @@ local function check_unread(c, loc, given)
   decider = "offload.policy"
   if c.offload.policy ~= "nvme" then
     unread("offload.nvme_dir", string.format('with offload.policy = "%s" (nvme only)', c.offload.policy))
+  end
+  if c.offload.policy ~= "chunks" then
+    unread("offload.chunk_mb", string.format('with offload.policy = "%s" (chunks only)', c.offload.policy))
+  end
+  if c.offload.policy ~= "chunks" and c.offload.policy ~= "static" then
+    unread("offload.host_mb", string.format('with offload.policy = "%s" (static and chunks)', c.offload.policy))
+  end
+  if c.offload.policy == "chunks" and c.offload.device_mb <= 0 then
+    raise(loc("offload.policy"), "offload.policy", "chunks", "needs offload.device_mb, the device's budget in MiB")
   end
   decider = "data.source"
   if d.source ~= "markov" then

@@ -25,6 +25,23 @@ typedef struct {
   int state; /* offload_state_t */
 } tensor_rec;
 
+/* One event of an iteration, for offload_last_iteration's optimum: an
+ * access of chunk c on tier (fresh: the chunk held no memory), a chunk
+ * giving its memory back (tier -1), or the device's room changing to c
+ * chunks (tier -2). */
+typedef struct {
+  int c, tier, fresh;
+} ev_rec;
+
+typedef struct {
+  ev_rec *ev;
+  int n, cap;
+  unsigned char *on_device; /* chunks on the device when it began */
+  int nchunks;              /* (their count then) */
+  long room;                /* the device's room then */
+  uint64_t moved;           /* device <-> host bytes moved during it (the last: in all) */
+} ev_log;
+
 typedef struct {
   int tier;       /* -1: holds no memory */
   char *mem;      /* device (arena slot) or host memory; NULL on NVMe */
@@ -34,7 +51,8 @@ typedef struct {
   int live;       /* its tensors not FREE */
   uint64_t last;  /* clock of its last access (LRU) */
   int *moments;   /* warm-up: the moments of its accesses, ascending */
-  int nmoments, capmoments;
+  signed char *tiers; /* and the tier of each (-1: its tensors all FREE then, nothing to keep) */
+  int nmoments, capmoments, captiers;
 } chunk_rec;
 
 struct offload {
@@ -55,6 +73,9 @@ struct offload {
   offload_stats_t st;
   int iteration, moment; /* the moment: accesses so far in this iteration */
   uint64_t clock;
+  int brk;                  /* the next tensor starts a new chunk */
+  /* This iteration's events and the last complete one's (offload_last_iteration) */
+  ev_log log[2];
   char err[768], note[256];
 };
 
@@ -146,11 +167,12 @@ void offload_destroy(offload_t *o) {
   if (!o) return;
   for (int c = 0; c < o->nchunks; c++) {
     if (o->chunks[c].tier == OFFLOAD_HOST) free(o->chunks[c].mem);
-    free(o->chunks[c].moments);
+    free(o->chunks[c].moments), free(o->chunks[c].tiers);
   }
   if (o->fd >= 0) close(o->fd);
   for (int i = 0; i < o->npool; i++) free(o->pool[i]);
   free(o->pool);
+  for (int i = 0; i < 2; i++) free(o->log[i].ev), free(o->log[i].on_device);
   free(o->arena), free(o->free_slots[0]), free(o->free_slots[1]), free(o->chunks), free(o->tensors);
   free(o);
 }
@@ -163,7 +185,8 @@ int offload_tensor_add(offload_t *o, size_t bytes, int *tensor) {
   if (bytes == 0 || bytes > cb)
     return fail(o, STRATA_EINVAL, "offload_tensor_add: a tensor of %zu bytes does not fit a chunk of %zu", bytes, cb);
   /* keep tensors aligned within their chunk */
-  size_t at = o->nchunks ? (o->chunks[o->nchunks - 1].used + 63) / 64 * 64 : cb;
+  size_t at = o->nchunks && !o->brk ? (o->chunks[o->nchunks - 1].used + 63) / 64 * 64 : cb;
+  o->brk = 0;
   if (at + bytes > cb) { /* a new chunk */
     if (grow((void **)&o->chunks, &o->capchunks, o->nchunks + 1, sizeof *o->chunks))
       return fail(o, STRATA_ENOMEM, "offload_tensor_add: out of memory for chunk %d", o->nchunks);
@@ -175,6 +198,12 @@ int offload_tensor_add(offload_t *o, size_t bytes, int *tensor) {
   o->tensors[o->ntensors] = (tensor_rec){.chunk = o->nchunks - 1, .off = at, .bytes = bytes, .state = OFFLOAD_FREE};
   o->chunks[o->nchunks - 1].used = at + bytes;
   *tensor = o->ntensors++;
+  return STRATA_OK;
+}
+
+int offload_chunk_break(offload_t *o) {
+  if (!o) return STRATA_EINVAL;
+  o->brk = 1;
   return STRATA_OK;
 }
 
@@ -272,15 +301,19 @@ static void unplace(offload_t *o, chunk_rec *c) {
   c->tier = -1, c->mem = NULL, c->slot = -1;
 }
 
-/* The next moment chunk c is used in this iteration on the trace (INT_MAX: never). */
-static int next_use(const offload_t *o, const chunk_rec *c) {
+/* How much moving chunk c down from tier t now costs later, on the trace:
+ * the moment it is next used on t or above (later is better); past every
+ * such moment when its next event gives it back (nothing to fetch) or uses
+ * it on a lower tier (it goes down then anyway: better still). */
+static long long next_use(const offload_t *o, const chunk_rec *c, int t) {
   int lo = 0, hi = c->nmoments; /* first moment > o->moment - 1 (the current access is moment - 1) */
   while (lo < hi) {
     int mid = (lo + hi) / 2;
     if (c->moments[mid] < o->moment) lo = mid + 1;
     else hi = mid;
   }
-  return lo < c->nmoments ? c->moments[lo] : 0x7fffffff;
+  if (lo >= c->nmoments || c->tiers[lo] < 0) return 1LL << 31;
+  return c->tiers[lo] > t ? 1LL << 32 : c->moments[lo];
 }
 
 /* The chunk of tier t to move down: not pinned, not `keep`; the one needed
@@ -291,7 +324,7 @@ static int victim(const offload_t *o, int t, int keep) {
   for (int i = 0; i < o->nchunks; i++) {
     const chunk_rec *c = &o->chunks[i];
     if (c->tier != t || c->compute > 0 || i == keep) continue;
-    long long key = o->st.traced ? (long long)next_use(o, c) * (1LL << 32) + (long long)(UINT32_MAX - (c->last & UINT32_MAX))
+    long long key = o->st.traced ? next_use(o, c, t) * (1LL << 30) + (long long)((UINT32_MAX - (c->last & UINT32_MAX)) >> 2)
                                  : (long long)((UINT64_MAX - c->last) >> 1);
     if (key > best_key) best = i, best_key = key;
   }
@@ -347,12 +380,40 @@ static int move(offload_t *o, int ci, int to) {
   return STRATA_OK;
 }
 
+/* ------------------------------------------------------------ the iteration's events */
+
+static uint64_t device_host_moved(const offload_t *o) {
+  return o->st.moved[OFFLOAD_DEVICE][OFFLOAD_HOST] + o->st.moved[OFFLOAD_HOST][OFFLOAD_DEVICE];
+}
+
+/* A new iteration's log: which chunks are on the device, its room, the bytes moved so far. */
+static int begin_log(offload_t *o) {
+  ev_log *lg = &o->log[0];
+  lg->n = 0, lg->nchunks = o->nchunks, lg->room = room(o, OFFLOAD_DEVICE), lg->moved = device_host_moved(o);
+  free(lg->on_device);
+  lg->on_device = calloc((size_t)(o->nchunks ? o->nchunks : 1), 1);
+  if (!lg->on_device) return fail(o, STRATA_ENOMEM, "out of memory for the iteration's events");
+  for (int c = 0; c < o->nchunks; c++) lg->on_device[c] = o->chunks[c].tier == OFFLOAD_DEVICE;
+  return STRATA_OK;
+}
+
+static int log_event(offload_t *o, int c, int tier, int fresh) {
+  ev_log *lg = &o->log[0];
+  if (!lg->on_device && begin_log(o)) return STRATA_ENOMEM; /* the first iteration's */
+  if (grow((void **)&lg->ev, &lg->cap, lg->n + 1, sizeof *lg->ev))
+    return fail(o, STRATA_ENOMEM, "out of memory for the iteration's events");
+  lg->ev[lg->n++] = (ev_rec){.c = c, .tier = tier, .fresh = fresh};
+  return STRATA_OK;
+}
+
 /* ------------------------------------------------------------ access */
 
-static int record(offload_t *o, chunk_rec *c) {
+static int record(offload_t *o, chunk_rec *c, int tier) {
   if (o->iteration > 0) return STRATA_OK;
-  if (grow((void **)&c->moments, &c->capmoments, c->nmoments + 1, sizeof *c->moments))
+  if (grow((void **)&c->moments, &c->capmoments, c->nmoments + 1, sizeof *c->moments) ||
+      grow((void **)&c->tiers, &c->captiers, c->nmoments + 1, sizeof *c->tiers))
     return fail(o, STRATA_ENOMEM, "out of memory for the warm-up trace");
+  c->tiers[c->nmoments] = (signed char)tier;
   c->moments[c->nmoments++] = o->moment;
   return STRATA_OK;
 }
@@ -366,7 +427,7 @@ int offload_access(offload_t *o, int t, offload_tier_t tier, void **ptr) {
   tensor_rec *tr = &o->tensors[t];
   int ci = tr->chunk, rc;
   chunk_rec *c = &o->chunks[ci];
-  if ((rc = record(o, c))) return rc;
+  if ((rc = record(o, c, (int)tier)) || (rc = log_event(o, ci, (int)tier, c->tier < 0))) return rc;
   o->moment++, o->st.accesses++;
   if (c->tier < 0) { /* its first use since it held nothing: zeroed memory on the tier */
     if ((rc = make_room(o, tier, ci, o->cfg.chunk_bytes))) return rc;
@@ -405,11 +466,15 @@ int offload_release(offload_t *o, int t, offload_state_t state) {
     return fail(o, STRATA_EINVAL, "offload_release: tensor %d to state %d", t, (int)state);
   tensor_rec *tr = &o->tensors[t];
   chunk_rec *c = &o->chunks[tr->chunk];
-  if (tr->state != OFFLOAD_COMPUTE)
+  if (tr->state == OFFLOAD_FREE || (tr->state != OFFLOAD_COMPUTE && state != OFFLOAD_FREE))
     return fail(o, STRATA_ESTATE, "offload_release: tensor %d is not in use (state %d)", t, tr->state);
-  c->compute--;
+  if (tr->state == OFFLOAD_COMPUTE) c->compute--;
   tr->state = state;
-  if (state == OFFLOAD_FREE && --c->live == 0) unplace(o, c); /* nothing in it is needed */
+  if (state == OFFLOAD_FREE && --c->live == 0) { /* nothing in it is needed */
+    unplace(o, c);
+    int rc = record(o, c, -1);
+    return rc ? rc : log_event(o, tr->chunk, -1, 0);
+  }
   return STRATA_OK;
 }
 
@@ -418,6 +483,8 @@ int offload_set_other(offload_t *o, offload_tier_t tier, size_t bytes) {
   if (tier != OFFLOAD_DEVICE && tier != OFFLOAD_HOST)
     return fail(o, STRATA_EINVAL, "offload_set_other: tier %d (the device or the host)", (int)tier);
   o->other[tier] = bytes;
+  if (tier == OFFLOAD_DEVICE && log_event(o, (int)room(o, tier), -2, 0))
+    return fail(o, STRATA_ENOMEM, "out of memory for the iteration's events");
   while (o->count[tier] > room(o, tier)) {
     int v = victim(o, tier, -1), rc;
     if (v < 0 || !has_tier(o, tier + 1))
@@ -436,6 +503,83 @@ int offload_iteration_end(offload_t *o) {
   if (o->iteration == 0) o->st.traced = 1;
   o->iteration++;
   o->moment = 0;
+  /* this iteration's events become the last one's, and the next begins */
+  ev_log done = o->log[0];
+  done.moved = device_host_moved(o) - done.moved;
+  free(o->log[1].ev), free(o->log[1].on_device);
+  o->log[1] = done;
+  memset(&o->log[0], 0, sizeof o->log[0]);
+  return begin_log(o);
+}
+
+int offload_trace_restart(offload_t *o) {
+  if (!o) return STRATA_EINVAL;
+  for (int c = 0; c < o->nchunks; c++) o->chunks[c].nmoments = 0;
+  o->iteration = 0, o->moment = 0, o->st.traced = 0;
+  o->log[0].n = 0;
+  return begin_log(o);
+}
+
+/* ------------------------------------------------------------ the optimum */
+
+/* Offline, on the last iteration's events: the device's chunks begin as
+ * they were; an access on the device of a chunk not there fetches it (a
+ * fresh one costs nothing: it held no memory), and while the device holds
+ * more than its room one is moved down: one whose next event is an access
+ * on a lower tier first (it goes down then anyway), then one that is given
+ * back or not used again, then the one needed on the device furthest
+ * ahead (Belady's MIN). An access on a lower tier moves the chunk down.
+ * Chunks in use are not pinned here, so the result bounds any schedule's
+ * bytes from below. */
+int offload_last_iteration(const offload_t *o, uint64_t *moved, uint64_t *optimal) {
+  if (!o || !moved || !optimal) return STRATA_EINVAL;
+  const ev_log *lg = &o->log[1];
+  if (o->iteration == 0) return STRATA_ESTATE;
+  int n = o->nchunks, E = lg->n;
+  int *cur = malloc((size_t)(n ? n : 1) * sizeof *cur), *nextev = malloc((size_t)(E ? E : 1) * sizeof *nextev);
+  unsigned char *in = calloc((size_t)(n ? n : 1), 1);
+  if (!cur || !nextev || !in) {
+    free(cur), free(nextev), free(in);
+    return STRATA_ENOMEM;
+  }
+  for (int c = 0; c < n; c++) cur[c] = -1;
+  for (int i = E - 1; i >= 0; i--) /* each event's chunk's next event */
+    if (lg->ev[i].tier >= -1) nextev[i] = cur[lg->ev[i].c], cur[lg->ev[i].c] = i;
+  long held = 0, cap = lg->room;
+  for (int c = 0; c < lg->nchunks && c < n; c++)
+    if (lg->on_device[c]) in[c] = 1, held++;
+  uint64_t bytes = 0, cb = o->cfg.chunk_bytes;
+  for (int i = 0; i <= E; i++) {
+    int keep = -1;
+    if (i < E) {
+      const ev_rec *v = &lg->ev[i];
+      if (v->tier == -2) cap = v->c;
+      else {
+        keep = v->c;
+        cur[v->c] = nextev[i];
+        if (v->tier == -1) held -= in[v->c], in[v->c] = 0;
+        else if (v->tier == OFFLOAD_DEVICE && !in[v->c]) bytes += v->fresh ? 0 : cb, in[v->c] = 1, held++;
+        else if (v->tier != OFFLOAD_DEVICE && in[v->c]) bytes += cb, in[v->c] = 0, held--;
+      }
+    }
+    while (held > cap) {
+      int best = -1;
+      long long best_key = -1;
+      for (int c = 0; c < n; c++) {
+        if (!in[c] || c == keep) continue;
+        int j = cur[c];
+        long long key = j < 0 || lg->ev[j].tier == -1 ? (1LL << 40)
+                        : lg->ev[j].tier != OFFLOAD_DEVICE ? (1LL << 41)
+                                                           : (long long)j;
+        if (key > best_key) best = c, best_key = key;
+      }
+      if (best < 0) break; /* (the room was too small for the chunk in use: the manager failed there too) */
+      in[best] = 0, held--, bytes += cb;
+    }
+  }
+  *moved = lg->moved;
+  *optimal = bytes;
+  free(cur), free(nextev), free(in);
   return STRATA_OK;
 }
 
@@ -443,5 +587,41 @@ int offload_stats(const offload_t *o, offload_stats_t *st) {
   if (!o || !st) return STRATA_EINVAL;
   *st = o->st;
   st->chunks = o->nchunks, st->tensors = o->ntensors;
+  return STRATA_OK;
+}
+
+/* ------------------------------------------------------------ chunk size */
+
+/* Chunks of cs bytes that sizes[] need, packed as offload_tensor_add
+ * packs them (64-byte aligned; 0: a break); 0 if one does not fit. */
+static size_t chunks_needed(const size_t *sizes, int n, size_t cs) {
+  size_t count = 0, used = cs;
+  int brk = 0;
+  for (int i = 0; i < n; i++) {
+    if (!sizes[i]) {
+      brk = 1;
+      continue;
+    }
+    if (sizes[i] > cs) return 0;
+    size_t at = brk ? cs : (used + 63) / 64 * 64;
+    brk = 0;
+    if (at + sizes[i] > cs) count++, at = 0;
+    used = at + sizes[i];
+  }
+  return count;
+}
+
+int offload_chunk_search(const size_t *sizes, int n, size_t lo, size_t hi, size_t step, size_t *best,
+                         size_t *total) {
+  if (!sizes || n < 0 || !best || !step || lo > hi) return STRATA_EINVAL;
+  size_t b = 0, bt = 0;
+  for (size_t cs = lo; cs <= hi; cs += step) {
+    size_t k = chunks_needed(sizes, n, cs);
+    if (k && (!b || k * cs < bt)) b = cs, bt = k * cs;
+    if (hi - cs < step) break;
+  }
+  if (!b) return STRATA_ENOTFOUND;
+  *best = b;
+  if (total) *total = bt;
   return STRATA_OK;
 }

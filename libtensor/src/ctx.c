@@ -104,6 +104,12 @@ int tensor_memory(const tensor_ctx_t *ctx, int device, size_t *current, size_t *
   return STRATA_OK;
 }
 
+int tensor_memory_set_limit(tensor_ctx_t *ctx, int device, size_t bytes) {
+  if (!ctx || device < TENSOR_CPU || device >= TENSOR_MAX_DEVICES) return STRATA_EINVAL;
+  ctx->mem_limit[mem_slot(device)] = bytes;
+  return STRATA_OK;
+}
+
 void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device) {
   if (!ctx || device < TENSOR_CPU || device >= TENSOR_MAX_DEVICES) return;
   atomic_store(&ctx->mem_peak[mem_slot(device)], atomic_load(&ctx->mem_current[mem_slot(device)]));
@@ -255,7 +261,11 @@ int tensor_alloc(tensor_ctx_t *ctx, tensor_t *t, tensor_dtype_t dtype, int devic
   for (int i = 0; i < ndim; i++)
     CHECK(shape[i] > 0, STRATA_ESHAPE, "tensor_alloc: dim %d is %lld", i, (long long)shape[i]);
   tensor_t tmp = tensor_view(NULL, dtype, device, ndim, shape);
-  size_t bytes = tensor_nbytes(&tmp);
+  size_t bytes = tensor_nbytes(&tmp), limit = ctx->mem_limit[mem_slot(device)];
+  size_t in_use = atomic_load(&ctx->mem_current[mem_slot(device)]);
+  CHECK(!limit || in_use + bytes <= limit, STRATA_ENOMEM,
+        "tensor_alloc: %zu bytes on %s exceed its limit of %zu bytes (%zu in use)", bytes,
+        device == TENSOR_CPU ? "cpu" : "the device", limit, in_use);
   if (device == TENSOR_CPU) {
     size_t rounded = (bytes + 63) / 64 * 64;
     p = aligned_alloc(64, rounded);

@@ -15,6 +15,7 @@ struct tensor_ctx {
   int bf16_matmul;
   atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
+  size_t mem_limit[TENSOR_MAX_DEVICES + 1];          /* 0: none (tensor_memory_set_limit) */
   void *cuda; /* CUDA state (cuBLAS handles, scratch), owned; NULL until first used */
   /* Host scratch per OpenMP thread, kept between calls: a fresh malloc of a
    * few hundred KiB per op is an mmap, page faults and zeroing every time. */

@@ -144,7 +144,28 @@ mkdir -p "$work/nvme"
 "$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off2/metrics.h5" >"$work/offs2.log" 2>&1 \
   || fail "NVMe offload changed the losses: $(tail -2 "$work/offs2.log")"
 [ -z "$(ls -A "$work/nvme")" ] || fail "the NVMe tier left files: $(ls "$work/nvme")"
-grep -qE "^step 6/6 .*\| offload [0-9.]+ MB/step" "$work/off2.log" || fail "NVMe offload: no bytes in the progress line: $(grep '^step' "$work/off2.log" | tail -1)"
+grep -qE "^step 6/6 .*\| offload host>nvme [0-9.]+ nvme>host [0-9.]+ MB/step" "$work/off2.log" || fail "NVMe offload: no bytes in the progress line: $(grep '^step' "$work/off2.log" | tail -1)"
+# and PatrickStar's chunks, on a device of 6 MiB: the same losses, bytes moved both ways in the progress line
+"$S" run $R "${small[@]}" train.steps=6 offload.policy=chunks offload.device_mb=6 run_dir="$work/off3" \
+  >"$work/off3.log" 2>&1 || fail "chunk offload run: $(tail -3 "$work/off3.log")"
+"$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off3/metrics.h5" >"$work/offs3.log" 2>&1 \
+  || fail "chunk offload changed the losses: $(tail -2 "$work/offs3.log")"
+grep -qE "^step 6/6 .*\| offload dev>host [0-9.]+ host>dev [0-9.]+ MB/step" "$work/off3.log" || fail "chunks: no bytes in the progress line: $(grep '^step' "$work/off3.log" | tail -1)"
+# a device too small is a clear error naming the budget, and a chunk policy without one is refused by the schema
+"$S" run $R "${small[@]}" train.steps=6 offload.policy=chunks offload.device_mb=0.25 run_dir="$work/off4" >"$work/off4.log" 2>&1 \
+  && fail "a 256 KiB device trained"
+grep -q "exceed its limit of 262144 bytes" "$work/off4.log" || fail "256 KiB device: $(tail -2 "$work/off4.log")"
+"$S" run $R "${small[@]}" train.steps=6 offload.policy=chunks run_dir="$work/off5" >"$work/off5.log" 2>&1 \
+  && fail "chunks without a device budget ran"
+grep -q "offload.policy = \"chunks\": needs offload.device_mb" "$work/off5.log" || fail "chunks without device_mb: $(tail -2 "$work/off5.log")"
+"$S" run $R "${small[@]}" train.steps=6 offload.chunk_mb=2 run_dir="$work/off6" >"$work/off6.log" 2>&1 \
+  && fail "chunk_mb without the chunk policy ran"
+grep -q "offload.chunk_mb = 2.*not used with offload.policy = \"none\"" "$work/off6.log" || fail "chunk_mb unread: $(tail -2 "$work/off6.log")"
+# recipes/reproduce/offload-max-model.lua on a small device: both policies found, chunks' model the larger
+"$S" run recipes/reproduce/offload-max-model.lua device_mb=12 host_mb=40 hidden=128 steps=2 out="$work/omm" \
+  >"$work/omm.log" 2>&1 || fail "offload-max-model.lua: $(tail -3 "$work/omm.log")"
+awk '/^static +[0-9]+ +[0-9.]+M/ {s = $3 + 0} /^chunks +[0-9]+ +[0-9.]+M/ {c = $3 + 0} END {exit !(s > 0 && c > s)}' \
+  "$work/omm.log" || fail "offload-max-model.lua table: $(tail -6 "$work/omm.log")"
 # recipes/zero.lua: the four stages, a table against the planner, a plot
 "$S" run -n 2 recipes/zero.lua steps=6 out="$work/zr" >"$work/zr.log" 2>&1 || fail "zero.lua: $(tail -3 "$work/zr.log")"
 [ "$(grep -cE '^ +[0-3] +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$' "$work/zr.log")" = 4 ] \

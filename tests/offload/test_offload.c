@@ -248,6 +248,17 @@ Test(offload, belady_on_the_trace_is_optimal) {
         int got = (int)(s1.fetches - s0.fetches), best = optimum(seq, n, k, start, nch);
         cr_expect_eq(got, best, "trial %d: %d fetches on the trace, the optimum %d", trial, got, best);
         cr_expect(s1.traced);
+        /* the offline optimum of the iteration's events: each miss of a full device fetches one
+         * chunk and moves one down */
+        uint64_t moved, opt;
+        offload_iteration_end(o);
+        cr_assert_eq(offload_last_iteration(o, &moved, &opt), 0);
+        cr_expect_eq(opt, 2ull * (uint64_t)best * CB, "trial %d: optimum %llu bytes, the DP says %d misses", trial,
+                     (unsigned long long)opt, best);
+        cr_expect_eq(moved, (uint64_t)(s1.moved[0][1] + s1.moved[1][0] - s0.moved[0][1] - s0.moved[1][0]));
+        cr_expect_eq(moved, opt, "trial %d: the manager moved %llu bytes on its trace, the optimum %llu", trial,
+                     (unsigned long long)moved, (unsigned long long)opt);
+        break;
       } else {
         /* the warm-up itself (LRU, from an empty device): never better than the optimum */
         offload_stats(o, &s1);
@@ -261,4 +272,89 @@ Test(offload, belady_on_the_trace_is_optimal) {
     offload_destroy(o);
   }
   cr_expect(worse_lru > 0, "LRU was optimal on every sequence: the sequences test nothing");
+}
+
+/* The optimum bounds LRU's warm-up from below; forced moves (an access on
+ * the host) and chunks given back count as the manager counts them. */
+Test(offload, last_iteration_bounds_and_forced_moves) {
+  offload_t *o = make(2 * CB, 64 * CB, 0, NULL);
+  uint64_t moved, opt;
+  cr_expect_eq(offload_last_iteration(o, &moved, &opt), STRATA_ESTATE);
+  chunks(o, 4);
+  const int seq[] = {0, 1, 2, 0, 1, 2, 3, 0, 3};
+  for (int i = 0; i < 9; i++) {
+    cr_assert_eq(offload_access(o, seq[i], OFFLOAD_DEVICE, NULL), 0);
+    offload_release(o, seq[i], OFFLOAD_HOLD);
+  }
+  offload_iteration_end(o);
+  cr_assert_eq(offload_last_iteration(o, &moved, &opt), 0);
+  cr_expect(opt <= moved && opt > 0, "LRU %llu, optimum %llu", (unsigned long long)moved, (unsigned long long)opt);
+  /* iteration 2, from {0, 3} on the device: 0 used there; 1 fetched, moving 0 down (next needed on
+   * the host: it goes down then anyway); 1 given back (nothing moved); 0 on the host (down already);
+   * 1 fresh on the device (nothing moved): 2 chunks moved at best. The manager evicts by the
+   * warm-up's trace, not this one: at least as many. */
+  cr_assert_eq(offload_access(o, 0, OFFLOAD_DEVICE, NULL), 0);
+  offload_release(o, 0, OFFLOAD_HOLD);
+  offload_access(o, 1, OFFLOAD_DEVICE, NULL), offload_release(o, 1, OFFLOAD_FREE);
+  offload_access(o, 0, OFFLOAD_HOST, NULL), offload_release(o, 0, OFFLOAD_HOLD);
+  offload_access(o, 1, OFFLOAD_DEVICE, NULL), offload_release(o, 1, OFFLOAD_HOLD);
+  offload_iteration_end(o);
+  cr_assert_eq(offload_last_iteration(o, &moved, &opt), 0);
+  cr_expect_eq(opt, 2 * CB, "optimum %llu", (unsigned long long)opt);
+  cr_expect(moved >= opt, "the manager moved %llu", (unsigned long long)moved);
+  offload_destroy(o);
+}
+
+/* A held tensor can be freed where it lies; its chunk then comes back zeroed. */
+Test(offload, free_from_hold) {
+  offload_t *o = make(2 * CB, 4 * CB, 0, NULL);
+  chunks(o, 1);
+  float *p;
+  cr_assert_eq(offload_access(o, 0, OFFLOAD_DEVICE, (void **)&p), 0);
+  p[3] = 7;
+  offload_release(o, 0, OFFLOAD_HOLD_AFTER_BWD);
+  cr_expect_eq(offload_release(o, 0, OFFLOAD_HOLD), STRATA_ESTATE); /* only FREE from a hold */
+  cr_assert_eq(offload_release(o, 0, OFFLOAD_FREE), 0);
+  cr_expect_eq(offload_chunk_tier(o, 0), -1);
+  cr_expect_eq(offload_release(o, 0, OFFLOAD_FREE), STRATA_ESTATE);
+  cr_assert_eq(offload_access(o, 0, OFFLOAD_HOST, (void **)&p), 0);
+  cr_expect_eq(p[3], 0);
+  offload_destroy(o);
+}
+
+/* A break starts a new chunk. */
+Test(offload, chunk_break) {
+  offload_t *o = make(0, 64 * CB, 0, NULL);
+  int a, b, c, ca, cb, cc;
+  cr_assert_eq(offload_tensor_add(o, 100, &a), 0);
+  cr_assert_eq(offload_chunk_break(o), 0);
+  cr_assert_eq(offload_tensor_add(o, 100, &b), 0);
+  cr_assert_eq(offload_tensor_add(o, 100, &c), 0);
+  offload_tensor_place(o, a, &ca, NULL), offload_tensor_place(o, b, &cb, NULL), offload_tensor_place(o, c, &cc, NULL);
+  cr_expect(ca == 0 && cb == 1 && cc == 1, "chunks %d %d %d", ca, cb, cc);
+  offload_destroy(o);
+}
+
+/* The search picks the size whose chunks, packed as the manager packs them,
+ * take the fewest bytes: checked against managers built at every size. */
+Test(offload, chunk_size_search) {
+  const size_t sizes[] = {3000, 5000, 0, 7000, 1200, 1200, 9000, 0, 2500, 2500, 2500};
+  const int n = sizeof sizes / sizeof *sizes;
+  size_t best = 0, total = 0, want = 0, want_total = 0;
+  cr_assert_eq(offload_chunk_search(sizes, n, 8192, 32768, 1024, &best, &total), 0);
+  for (size_t cs = 9216; cs <= 32768; cs += 1024) { /* 8192 cannot hold 9000 */
+    offload_config_t c = OFFLOAD_CONFIG_DEFAULTS;
+    c.budget[OFFLOAD_DEVICE] = 0, c.chunk_bytes = cs;
+    offload_t *o;
+    cr_assert_eq(offload_create(&o, &c, NULL, 0), 0);
+    for (int i = 0, t; i < n; i++)
+      cr_assert_eq(sizes[i] ? offload_tensor_add(o, sizes[i], &t) : offload_chunk_break(o), 0);
+    offload_stats_t st;
+    offload_stats(o, &st);
+    if (!want || (size_t)st.chunks * cs < want_total) want = cs, want_total = (size_t)st.chunks * cs;
+    offload_destroy(o);
+  }
+  cr_expect(best == want && total == want_total, "search %zu (%zu bytes), managers %zu (%zu)", best, total, want,
+            want_total);
+  cr_expect_eq(offload_chunk_search(sizes, n, 1024, 8192, 1024, &best, NULL), STRATA_ENOTFOUND);
 }

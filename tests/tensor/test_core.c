@@ -77,6 +77,25 @@ Test(core, normal_statistics) {
   tensor_free(ctx, &t);
 }
 
+/* A limit refuses what would exceed it, by name, and counts nothing for the refusal. */
+Test(core, memory_limit) {
+  int64_t n[1] = {1000};
+  tensor_t a, b, c;
+  cr_assert_eq(tensor_memory_set_limit(ctx, TENSOR_CPU, 6000), 0);
+  cr_assert_eq(tensor_alloc(ctx, &a, TENSOR_F32, TENSOR_CPU, 1, n), 0);
+  cr_assert_eq(tensor_alloc(ctx, &b, TENSOR_BF16, TENSOR_CPU, 1, n), 0); /* 6000 bytes: at the limit */
+  cr_expect_eq(tensor_alloc(ctx, &c, TENSOR_BF16, TENSOR_CPU, 1, n), STRATA_ENOMEM);
+  cr_expect(strstr(tensor_last_error(ctx), "limit of 6000 bytes (6000 in use)"), "%s", tensor_last_error(ctx));
+  size_t cur;
+  tensor_memory(ctx, TENSOR_CPU, &cur, NULL);
+  cr_expect_eq(cur, 6000);
+  tensor_free(ctx, &b);
+  cr_expect_eq(tensor_alloc(ctx, &c, TENSOR_BF16, TENSOR_CPU, 1, n), 0);
+  tensor_memory_set_limit(ctx, TENSOR_CPU, 0);
+  cr_expect_eq(tensor_alloc(ctx, &b, TENSOR_F32, TENSOR_CPU, 1, n), 0);
+  tensor_free(ctx, &a), tensor_free(ctx, &b), tensor_free(ctx, &c);
+}
+
 Test(core, memory_accountant) {
   size_t cur, peak;
   cr_assert_eq(tensor_memory(ctx, TENSOR_CPU, &cur, &peak), 0);

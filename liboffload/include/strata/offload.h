@@ -88,6 +88,10 @@ STRATA_API const char *offload_note(const offload_t *o);
  * chunk, or at the start of a new chunk when it does not fit there; a
  * tensor larger than a chunk is EINVAL. */
 STRATA_API int offload_tensor_add(offload_t *o, size_t bytes, int *tensor);
+/* The next tensor starts a new chunk (PatrickStar's chunk lists: the
+ * parameters, the gradients and each optimizer state in chunks of their
+ * own, so that a list's chunks can be given back or reduced as wholes). */
+STRATA_API int offload_chunk_break(offload_t *o);
 /* Where tensor lives: its chunk and its offset in it. */
 STRATA_API int offload_tensor_place(const offload_t *o, int tensor, int *chunk, size_t *offset);
 STRATA_API int offload_tensor_state(const offload_t *o, int tensor, offload_state_t *state);
@@ -96,7 +100,9 @@ STRATA_API int offload_tensor_state(const offload_t *o, int tensor, offload_stat
  * valid until the tensor leaves COMPUTE. Every access is one moment of the
  * trace. */
 STRATA_API int offload_access(offload_t *o, int tensor, offload_tier_t tier, void **ptr);
-/* Moves tensor from COMPUTE to state (not COMPUTE). */
+/* Moves tensor from COMPUTE to state (not COMPUTE); or from a HOLD state
+ * to FREE, wherever its chunk is (its bytes are no longer needed: a
+ * gradient after the update). */
 STRATA_API int offload_release(offload_t *o, int tensor, offload_state_t state);
 /* Bytes of tier the rest of the program uses now (the device or the host);
  * chunks beyond the remaining room move down at once (EINVAL for the NVMe
@@ -117,6 +123,25 @@ typedef struct {
   int direct;                                   /* the NVMe file runs with O_DIRECT */
 } offload_stats_t;
 STRATA_API int offload_stats(const offload_t *o, offload_stats_t *st);
+/* Forgets the trace: the next iteration is the warm-up again (after set-up
+ * work, such as initialising the tensors, whose accesses are not an
+ * iteration's). */
+STRATA_API int offload_trace_restart(offload_t *o);
+/* The last complete iteration (the one offload_iteration_end closed last):
+ * *moved, the bytes it moved between the device and the host; *optimal,
+ * the bytes an offline schedule moves for its events (the same accesses,
+ * the same room for chunks at each moment) evicting by Belady's MIN and
+ * without pinning: a lower bound, so *optimal / *moved <= 1 says how close
+ * to optimal the manager came. STRATA_ESTATE before the first iteration
+ * ends. */
+STRATA_API int offload_last_iteration(const offload_t *o, uint64_t *moved, uint64_t *optimal);
+/* PatrickStar's chunk-size search: among lo, lo + step, ... <= hi, the
+ * chunk size that packs tensors of sizes[0..n) (in order, as
+ * offload_tensor_add packs them; a size 0 is a chunk break) into the fewest
+ * bytes of chunks (*total), the smallest on ties. STRATA_ENOTFOUND when no
+ * candidate holds the largest tensor. */
+STRATA_API int offload_chunk_search(const size_t *sizes, int n, size_t lo, size_t hi, size_t step, size_t *best,
+                                    size_t *total);
 /* The tier chunk lives on now (-1: it holds no memory: never used, or all its tensors FREE). */
 STRATA_API int offload_chunk_tier(const offload_t *o, int chunk);
 STRATA_API const char *offload_tier_name(offload_tier_t tier);

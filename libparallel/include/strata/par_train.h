@@ -122,12 +122,32 @@ typedef struct {
    * (or the initial scale when outside). */
   double loss_scale;
   int loss_scale_window;
+  /* Memory tiers (liboffload). device_bytes > 0: the device holds at most
+   * this many bytes (on the CPU path a cap on the model's memory
+   * accountant, standing in for a GPU of that size): an allocation beyond
+   * it fails with STRATA_ENOMEM, naming the numbers. host_bytes > 0: the
+   * budget of liboffload's host tier (the optimizer offload's, the chunk
+   * policy's); 0: what the policy needs. */
+  double device_bytes, host_bytes;
+  /* PatrickStar's chunk policy (Fang et al., arXiv 2108.05818): the
+   * parameters, gradients and optimizer state of every region are tensors
+   * of liboffload's chunks (each kind in chunks of its own), brought to the
+   * device as the passes need them, evicted by the first step's trace, and
+   * to the host for the CPU optimizer; under mixed precision with one
+   * microbatch per step a region's 16-bit parameters' place receives its
+   * gradients after backward. With data parallelism a gradient chunk is
+   * the unit of communication: allreduced whole once backward has finished
+   * every region in it. Needs device_bytes, ZeRO stage 0, tp = pp = 1 and
+   * no optimizer offload. chunk_bytes: the chunks' size, 0: PatrickStar's
+   * search (the size in [largest tensor, 4 x it] that wastes least). */
+  int offload_chunks;
+  double chunk_bytes;
 } par_engine_options_t;
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
    .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
    .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0,  \
-   .offload_dir = NULL}
+   .offload_dir = NULL, .device_bytes = 0.0, .host_bytes = 0.0, .offload_chunks = 0, .chunk_bytes = 0.0}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate) and trains it: dp x tp x pp ranks (sp = 1) with
@@ -259,6 +279,15 @@ typedef struct {
   size_t offload_host_bytes; /* optimizer offload: bytes liboffload's host tier holds */
   size_t offload_nvme_bytes; /* and its NVMe tier (ZeRO-Infinity) */
   uint64_t offload_moved;    /* bytes moved between its tiers so far */
+  uint64_t offload_moved_tier[3][3]; /* of them, from tier [a] (0 device, 1 host, 2 NVMe) to [b] */
+  size_t offload_device_bytes; /* the chunk policy: bytes of chunks on the device now */
+  size_t chunk_bytes, chunks;  /* and its chunks' size and count */
+  size_t device_peak;    /* the most bytes the device held: the accountant's, and the
+                            chunk policy's chunks there at the same moment */
+  uint64_t last_moved, last_optimal; /* the chunk policy's last step: bytes moved between
+                            device and host, and an offline Belady schedule's on its events */
+  long stalls;           /* the chunk policy: accesses that waited for gradient reductions
+                            to unpin the device's chunks */
   size_t buffer_peak;    /* the most bytes of buffers a pass took and gave back
                             (ZeRO-2's gradient buckets, ZeRO-3's gathered regions,
                             the fp32 working copies of mixed precision) */

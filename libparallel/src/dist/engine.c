@@ -106,6 +106,16 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout: this engine offloads the optimizer state (to the host or to NVMe); parameter and "
                        "gradient offload are not in it yet");
+  if (e->opts.offload_chunks) {
+    const char *why2 = lay->zero_stage != 0 ? "ZeRO stage 0 (its chunks are whole on every rank)"
+                       : lay->tp != 1 || lay->pp != 1 ? "tp = pp = 1"
+                       : lay->offload_optimizer != PAR_TIER_DEVICE ? "no optimizer offload besides it"
+                       : !(e->opts.device_bytes > 0) ? "a device budget (offload.device_mb)" : NULL;
+    if (why2)
+      return engine_fail(e, 1, STRATA_EINVAL, "offload policy \"chunks\" needs %s (layout: zero %d, tp %d, pp %d)",
+                         why2, lay->zero_stage, lay->tp, lay->pp);
+    e->chunks = 1;
+  }
   if (lay->partition_activations && !mc->recompute)
     return engine_fail(e, 1, STRATA_EINVAL,
                        "layout: partitioned activation checkpoints need the model's recompute (they split the "
@@ -209,6 +219,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);
   e->device = par_gpt_device(e->model);
+  if (e->opts.device_bytes > 0) tensor_memory_set_limit(e->tc, e->device, (size_t)e->opts.device_bytes);
   int64_t rows = 0;
   for (int i = 0; i < par_gpt_num_views(e->model); i++)
     if (par_gpt_view(e->model, i)->shape[0] > rows) rows = par_gpt_view(e->model, i)->shape[0];
@@ -283,8 +294,20 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
     offload_stats(e->off, &os);
     out->offload_host_bytes = os.held[OFFLOAD_HOST], out->offload_nvme_bytes = os.held[OFFLOAD_NVME];
     for (int a = 0; a < OFFLOAD_TIERS; a++)
-      for (int b = 0; b < OFFLOAD_TIERS; b++) out->offload_moved += os.moved[a][b];
+      for (int b = 0; b < OFFLOAD_TIERS; b++)
+        out->offload_moved += os.moved[a][b], out->offload_moved_tier[a][b] = os.moved[a][b];
+    out->offload_device_bytes = os.held[OFFLOAD_DEVICE];
   }
+  if (e->chunks) {
+    offload_stats_t os;
+    offload_stats(e->off, &os);
+    out->chunks = (size_t)os.chunks;
+    out->chunk_bytes = e->chunk_size, out->stalls = e->stalls;
+    offload_last_iteration(e->off, &out->last_moved, &out->last_optimal);
+  }
+  size_t peak = 0;
+  tensor_memory(e->tc, e->device, NULL, &peak);
+  out->device_peak = e->dev_peak > peak ? e->dev_peak : peak;
   out->precision = e->layout.precision;
   out->loss_scale = e->scaler ? optim_scaler_scale(e->scaler) : 1.0;
   out->params_padded = e->nfull;
@@ -308,11 +331,15 @@ int par_engine_get_params(par_engine_t *e, float *out) {
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
     if (!g->n || (r == 0 && e->pp > 1 && e->stage != 0)) continue; /* another stage's; the tied embedding's copy */
-    if (e->mixed && (rc = state_resident(e, r, 1))) break;
-    float *res0 = e->nvme && e->mixed ? e->res[3 * r] : NULL; /* ZeRO-Infinity: the region's masters */
+    if ((e->mixed || e->chunks) && (rc = state_resident(e, r, 1))) break;
+    /* ZeRO-Infinity: the region's masters; the chunk policy: its masters or fp32 parameters */
+    float *res0 = (e->nvme || e->chunks) && e->mixed ? e->res[OFF_ARRAYS * r]
+                  : e->chunks                       ? e->res[OFF_ARRAYS * r + OFF_PARAMS]
+                                                    : NULL;
     /* the fp32 values: the parameters, or under mixed precision the masters */
-    const float *src = e->mixed ? (e->zero == 0 ? (res0 ? res0 : (const float *)e->master.data + g->foff) : NULL)
-                                : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
+    const float *src = res0 && e->zero == 0 ? res0
+                       : e->mixed ? (e->zero == 0 ? (const float *)e->master.data + g->foff : NULL)
+                                  : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
     if (!src) { /* sharded: gathered */
       int64_t n = (int64_t)((size_t)e->size * g->shard);
       const float *part = res0 ? res0 : (const float *)(e->mixed ? e->master.data : e->shard_p.data) + g->soff;
@@ -326,7 +353,7 @@ int par_engine_get_params(par_engine_t *e, float *out) {
     tensor_t sv = tensor_view1((float *)src, TENSOR_F32, e->device, (int64_t)g->n);
     if (!rc && (rc = tensor_copy(e->tc, &d, &sv))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
     if (buf.data) tensor_free(e->tc, &buf);
-    if (e->mixed && !rc) rc = state_resident(e, r, 0);
+    if ((e->mixed || e->chunks) && !rc) rc = state_resident(e, r, 0);
   }
   if (!rc && e->pp > 1 && (rc = comm_allreduce(e->ppc, out, out, total, COMM_F32, COMM_SUM)))
     engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));
@@ -438,6 +465,27 @@ static int sum_views(par_engine_t *e, double *sq, int w) {
   return STRATA_OK;
 }
 
+/* Per-piece sums of squares of the gradients into e->sq; the chunk policy's
+ * region by region, each on the host for it. */
+static int grad_sumsq(par_engine_t *e) {
+  int rc = STRATA_OK;
+  for (int i0 = 0, i1 = e->npieces; i0 < e->npieces && !rc; i0 = i1) {
+    int r = e->chunks ? state_region_pieces(e, i0, &i1) : -1;
+    if (r >= 0 && (rc = state_resident(e, r, 1))) break;
+    for (int i = i0; i < i1 && r >= 0; i++) {
+      float *p, *g, *m, *v;
+      state_piece_ptrs(e, i, &p, &g, &m, &v, NULL);
+      e->tens[i].grad = g;
+    }
+    if ((rc = optim_grad_sumsq(e->opt, e->sq + i0, e->tens + i0, i1 - i0)) != STRATA_OK)
+      engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
+    for (int i = i0; i < i1 && r >= 0; i++) e->tens[i].grad = NULL;
+    int rr = r >= 0 ? state_resident(e, r, 0) : STRATA_OK;
+    if (!rc) rc = rr;
+  }
+  return rc;
+}
+
 /* The global gradient norm: per-piece sums of squares, summed per view over
  * the ranks (each view counted once: data-parallel shards summed, tensor
  * slices summed, replicated views once). */
@@ -445,8 +493,7 @@ static int grad_norm2(par_engine_t *e, double *total, int *nonfinite_here) {
   int rc;
   double here = 0;
   *total = 0;
-  if ((rc = optim_grad_sumsq(e->opt, e->sq, e->tens, e->npieces)) != STRATA_OK)
-    return engine_fail(e, 0, rc, "gradient norm: %s", optim_last_error(e->opt));
+  if ((rc = grad_sumsq(e))) return rc;
   for (int i = 0; i < e->npieces; i++) here += e->sq[i];
   *nonfinite_here = !isfinite(here);
   if ((e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2) {
@@ -478,20 +525,24 @@ static int update_streamed(par_engine_t *e, float scale) {
   if ((rc = optim_step_begin(e->opt))) return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
   for (int phase = two ? 0 : 1; phase < 2 && !rc; phase++) {
     for (int i0 = 0, i1; i0 < e->npieces && !rc; i0 = i1) {
-      int r = state_piece_region(e, i0);
-      for (i1 = i0; i1 < e->npieces && state_piece_region(e, i1) == r;) i1++;
+      int r = state_region_pieces(e, i0, &i1);
       if ((rc = state_resident(e, r, 1))) break;
       for (int i = i0; i < i1; i++) {
         float *p, *g, *m, *v;
-        state_piece_ptrs(e, i, &p, &g, &m, &v, NULL);
+        void *lowp;
+        state_piece_ptrs(e, i, &p, &g, &m, &v, &lowp);
         e->tens[i].param = p, e->tens[i].m = m, e->tens[i].v = v;
+        if (e->chunks) e->tens[i].grad = g, e->tens[i].lowp = lowp;
       }
       double *sq = e->sq + 2 * (size_t)i0;
       size_t nsq = 2 * (size_t)(i1 - i0);
       if (phase == 0) rc = optim_partials(e->opt, sq, nsq, e->tens + i0, i1 - i0, scale);
       else rc = optim_apply(e->opt, e->tens + i0, i1 - i0, two ? sq : NULL, two ? nsq : 0, scale);
       if (rc) engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
-      for (int i = i0; i < i1; i++) e->tens[i].param = NULL, e->tens[i].m = e->tens[i].v = NULL;
+      for (int i = i0; i < i1; i++) {
+        e->tens[i].param = NULL, e->tens[i].m = e->tens[i].v = NULL;
+        if (e->chunks) e->tens[i].grad = NULL, e->tens[i].lowp = NULL;
+      }
       int rr = state_resident(e, r, 0);
       if (!rc) rc = rr;
     }
@@ -507,7 +558,7 @@ static int update_streamed(par_engine_t *e, float scale) {
 
 static int update(par_engine_t *e, float scale) {
   int rc, kind = par_optim_kind(e->optim_name);
-  if (e->nvme) return update_streamed(e, scale);
+  if (e->nvme || e->chunks) return update_streamed(e, scale);
   if (((e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2) || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
     if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
       return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
@@ -528,10 +579,9 @@ static int update(par_engine_t *e, float scale) {
  * every rank leaves the step with the same status); clipping and the
  * update; ZeRO 1-2 then gather the updated shards. A loss or gradient that
  * is not finite skips the update. */
-int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
+static int step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   int rc;
   float lr = 0;
-  if (!e || !data || !out) return STRATA_EINVAL;
   memset(out, 0, sizeof *out);
   double t0 = engine_now(), l = NAN;
   optim_current_lr(e->opt, 0, &lr);
@@ -568,6 +618,7 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
   out->lr = lr;
   if (isnan(e->loss0)) e->loss0 = out->loss;
   double total = 0, gnorm = 0;
+  e->grads_live = 1;
   if ((rc = state_take_g32(e)) || (rc = grad_norm2(e, &total, &out->overflow_here))) goto done;
   /* The gradients hold the loss scale times the sum over the microbatches:
    * dividing by both gives the mean's norm and update. */
@@ -586,10 +637,23 @@ int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
     out->skipped = 1;
   } else if ((rc = update(e, scale)) || (rc = state_gather_updates(e))) {
     goto done;
+  } else {
+    e->updated = 1;
   }
   out->seconds = engine_now() - t0;
 done:
   state_drop_g32(e);
+  return rc;
+}
+
+/* The chunk policy closes each step (chunks.c), whatever its outcome. */
+int par_engine_step(par_engine_t *e, par_data_t *data, par_step_t *out) {
+  if (!e || !data || !out) return STRATA_EINVAL;
+  int rc = step(e, data, out);
+  if (e->chunks) {
+    int end = chunks_end_step(e);
+    if (!rc) rc = end;
+  }
   return rc;
 }
 

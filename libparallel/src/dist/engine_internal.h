@@ -14,6 +14,11 @@
 #include <strata/parallel.h>
 #include <strata/tensor.h>
 
+/* The arrays of a region liboffload may hold: the fp32 masters (mixed
+ * precision), m, v (the optimizer offload's), and the chunk policy's
+ * parameters and gradients; e->off_ids[OFF_ARRAYS * r + k]. */
+enum { OFF_MASTER, OFF_M, OFF_V, OFF_PARAMS, OFF_GRADS, OFF_ARRAYS };
+
 /* Shards start at multiples of this many elements (64 bytes). */
 #define ENGINE_ALIGN 16
 
@@ -93,8 +98,25 @@ struct par_engine {
    * state_resident holds the region; res[3 r + k] (k: masters, m, v) point
    * at them then, and e->master, e->m, e->v hold nothing. */
   int nvme;
-  int *off_ids;
-  float **res;
+  int *off_ids;     /* per region OFF_ARRAYS tensors of liboffload (-1: none) */
+  float **res;      /* and where each is while resident (NULL otherwise) */
+  /* PatrickStar's chunk policy (opts.offload_chunks; chunks.c): every
+   * region's parameters and gradients are tensors of `off` too, on the
+   * device while the passes use them; full_p and full_g hold nothing. */
+  int chunks;
+  int reuse;             /* a region's 16-bit parameters' place receives its gradients */
+  int grads_live;        /* the step's gradients are there for the update */
+  int updated;           /* this step updated the parameters */
+  int nchunks;
+  size_t chunk_size;
+  int *gchunk;           /* per region: the chunk of its gradients */
+  int *chunk_left;       /* per chunk: regions whose gradients backward has yet to finish */
+  comm_request_t **chunk_req; /* per chunk: its allreduce in flight */
+  int g32_id;            /* mixed: the CPU optimizer's fp32 gradients in the host tier (-1: none):
+                            the chunk policy's one region's, the static policy's all */
+  float *g32_res;        /* while resident */
+  size_t dev_peak;       /* the accountant's bytes and the chunks on the device, at most */
+  long stalls;           /* accesses that waited for reductions to unpin the device's chunks */
   /* Mixed precision (layout.precision bf16 or fp16): the parameters and
    * gradients above, and the pass's buffers, hold 16-bit values; the model
    * computes in fp32 on working copies of one region at a time; the
@@ -158,6 +180,14 @@ int engine_agree(par_engine_t *e, int rc);
 void engine_defer_error(par_engine_t *e, int rc, const char *msg);
 
 /* ---- state.c ---- */
+/* dst[doff, doff + n) = src[soff, soff + n), converting between fp32 and
+ * 16-bit as their dtypes say; state_accumulate adds instead (in fp32,
+ * rounded once). */
+int state_convert(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src, size_t soff, size_t n);
+int state_accumulate(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src, size_t soff, size_t n);
+/* A pass's transient buffer of n elements of dt on the device (counted in buf_bytes), and back. */
+int state_take(par_engine_t *e, tensor_t *t, tensor_dtype_t dt, size_t n, const char *what);
+void state_give_back(par_engine_t *e, tensor_t *t);
 /* Lays out regions and shards, allocates the state, initialises the
  * parameters (from opts.seed, or opts.init), binds what stays bound and
  * sets the model's hook. */
@@ -207,6 +237,34 @@ int state_region_held(par_engine_t *e, int r);
 /* Whether view i is the last stage's copy of the tied embedding (pipeline):
  * updated there too, counted and saved by the first stage only. */
 int state_view_is_copy(const par_engine_t *e, int i);
+
+/* The pieces [*i1 from i0) of the region of piece i0; returns the region. */
+int state_region_pieces(const par_engine_t *e, int i0, int *i1);
+
+/* ---- chunks.c: PatrickStar's chunk policy ---- */
+/* The manager, the tensors of every region in chunks (size searched or
+ * given), and the tables of the gradient chunks' reductions. */
+int chunks_create(par_engine_t *e);
+void chunks_destroy(par_engine_t *e);
+/* The hook's events under the policy (state.c calls them). */
+int chunks_need(par_engine_t *e, int r, int backward);
+int chunks_grads(par_engine_t *e, int r);
+int chunks_done(par_engine_t *e, int r, int backward);
+/* Drives the gradient chunks' reductions (wait: until each completes). */
+int chunks_progress(par_engine_t *e, int wait);
+/* Before a step: the gradients FREE (they come back zeroed), the chunks'
+ * counts reset. */
+int chunks_begin_step(par_engine_t *e);
+/* After it: what a failed pass left in use given back, the 16-bit
+ * parameters restored from the masters when gradients took their place
+ * and no update came, the gradients FREE, the iteration closed. */
+int chunks_end_step(par_engine_t *e);
+/* state_resident's part: region r's parameters, gradients (and their fp32
+ * copy while grads_live, mixed) to the host, or back. */
+int chunks_resident(par_engine_t *e, int r, int on);
+/* Accesses and releases of liboffload tensors, failures named. */
+int off_get(par_engine_t *e, int id, offload_tier_t tier, void **p, const char *what);
+int off_put(par_engine_t *e, int id, offload_state_t st);
 
 /* ---- pipeline.c ---- */
 int pipe_create(par_engine_t *e);

@@ -76,7 +76,7 @@ static int tensor_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "
 /* The buffers a pass takes and gives back (ZeRO-2's gradient buckets,
  * ZeRO-3's gathered regions, the fp32 working copies of mixed precision),
  * counted apart from the model states. */
-static int take(par_engine_t *e, tensor_t *t, tensor_dtype_t dt, size_t n, const char *what) {
+int state_take(par_engine_t *e, tensor_t *t, tensor_dtype_t dt, size_t n, const char *what) {
   int rc = alloc(e, t, dt, n, what);
   if (rc) return rc;
   e->buf_bytes += tensor_nbytes(t);
@@ -84,14 +84,14 @@ static int take(par_engine_t *e, tensor_t *t, tensor_dtype_t dt, size_t n, const
   return STRATA_OK;
 }
 
-static void give_back(par_engine_t *e, tensor_t *t) {
+void state_give_back(par_engine_t *e, tensor_t *t) {
   if (t->data) e->buf_bytes -= tensor_nbytes(t);
   release(e, t);
 }
 
 /* dst[doff, doff + n) = src[soff, soff + n), converting between fp32 and
  * 16-bit as their dtypes say (round to nearest even). */
-static int convert(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src, size_t soff,
+int state_convert(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src, size_t soff,
                    size_t n) {
   if (!n) return STRATA_OK;
   tensor_t d = tensor_view1(at(dst, doff), dst->dtype, e->device, (int64_t)n);
@@ -102,7 +102,7 @@ static int convert(par_engine_t *e, const tensor_t *dst, size_t doff, const tens
 
 /* dst[doff, doff + n) += src[soff, soff + n): added in fp32 (16-bit values
  * widened into taken buffers) and rounded to dst's dtype once. */
-static int accumulate(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src,
+int state_accumulate(par_engine_t *e, const tensor_t *dst, size_t doff, const tensor_t *src,
                       size_t soff, size_t n) {
   tensor_t a = {0}, b = {0};
   int rc = STRATA_OK;
@@ -111,20 +111,20 @@ static int accumulate(par_engine_t *e, const tensor_t *dst, size_t doff, const t
   tensor_t s = tensor_view1(at(src, soff), src->dtype, e->device, (int64_t)n);
   tensor_t *x = &d, *y = &s;
   if (d.dtype != TENSOR_F32) {
-    if ((rc = take(e, &a, TENSOR_F32, n, "fp32 accumulator")) || (rc = convert(e, &a, 0, &d, 0, n))) goto done;
+    if ((rc = state_take(e, &a, TENSOR_F32, n, "fp32 accumulator")) || (rc = state_convert(e, &a, 0, &d, 0, n))) goto done;
     x = &a;
   }
   if (s.dtype != TENSOR_F32) {
-    if ((rc = take(e, &b, TENSOR_F32, n, "fp32 accumulator")) || (rc = convert(e, &b, 0, &s, 0, n))) goto done;
+    if ((rc = state_take(e, &b, TENSOR_F32, n, "fp32 accumulator")) || (rc = state_convert(e, &b, 0, &s, 0, n))) goto done;
     y = &b;
   }
   if ((rc = tensor_add_forward(e->tc, x, x, y))) {
     rc = tensor_fail(e, rc);
     goto done;
   }
-  if (x != &d) rc = convert(e, &d, 0, x, 0, n);
+  if (x != &d) rc = state_convert(e, &d, 0, x, 0, n);
 done:
-  give_back(e, &a), give_back(e, &b);
+  state_give_back(e, &a), state_give_back(e, &b);
   return rc;
 }
 
@@ -139,14 +139,14 @@ static int comm_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s
 static int reduced(par_engine_t *e, region_t *g, int r) {
   int rc;
   if (e->zero == 1 && e->rank > 0 &&
-      (rc = convert(e, &e->full_g, g->foff + (size_t)e->rank * g->shard, &e->full_g, g->foff, g->shard)))
+      (rc = state_convert(e, &e->full_g, g->foff + (size_t)e->rank * g->shard, &e->full_g, g->foff, g->shard)))
     return rc;
   if (e->zero >= 2) {
     if (g->reduce_into_scratch) { /* the scratch is the bucket's head */
-      if ((rc = accumulate(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
+      if ((rc = state_accumulate(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
       g->reduce_into_scratch = 0;
     }
-    give_back(e, &g->grads);
+    state_give_back(e, &g->grads);
     if (!e->mixed) /* the model's gradients pointed into the bucket */
       par_gpt_bind(e->model, r, e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, NULL);
   }
@@ -161,6 +161,7 @@ static void observe_done(par_engine_t *e) {
 
 static int progress(par_engine_t *e) {
   int rc, done;
+  if (e->chunks) return chunks_progress(e, 0);
   for (int b = 0; b < e->nbuckets; b++)
     if (e->bucket_req[b]) {
       if ((rc = comm_test(&e->bucket_req[b], &done)) != STRATA_OK) return comm_fail(e, rc);
@@ -183,7 +184,7 @@ static int progress(par_engine_t *e) {
 static int post_gather(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
   if (r < 0 || g->gathered.data || g->gather) return STRATA_OK;
-  int rc = take(e, &g->gathered, e->wdt, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
+  int rc = state_take(e, &g->gathered, e->wdt, (size_t)e->size * g->shard, "ZeRO-3 gathered parameters");
   if (rc) return rc;
   if ((rc = comm_iallgather(e->comm, g->gathered.data, at(&e->shard_p, g->soff), g->shard, e->cdt, &g->gather)))
     return comm_fail(e, rc);
@@ -215,10 +216,10 @@ static int on_need(par_engine_t *e, int r, int backward) {
   size_t soff = e->zero == 3 ? 0 : g->foff;
   float *params = at(src, soff), *grads = NULL;
   if (e->mixed) { /* an fp32 working copy; ZeRO-3's gathered region goes at once */
-    if (!g->wp.data && ((rc = take(e, &g->wp, TENSOR_F32, g->n, "fp32 working parameters")) ||
-                        (rc = convert(e, &g->wp, 0, src, soff, g->n))))
+    if (!g->wp.data && ((rc = state_take(e, &g->wp, TENSOR_F32, g->n, "fp32 working parameters")) ||
+                        (rc = state_convert(e, &g->wp, 0, src, soff, g->n))))
       return rc;
-    if (e->zero == 3) give_back(e, &g->gathered);
+    if (e->zero == 3) state_give_back(e, &g->gathered);
     params = F(&g->wp);
   }
   if (backward && e->zero >= 2) {
@@ -239,13 +240,13 @@ static int on_need(par_engine_t *e, int r, int backward) {
     }
   }
   if (e->mixed) {
-    if (backward && !g->wg.data && (rc = take(e, &g->wg, TENSOR_F32, g->n, "fp32 working gradients")))
+    if (backward && !g->wg.data && (rc = state_take(e, &g->wg, TENSOR_F32, g->n, "fp32 working gradients")))
       return rc;
     grads = backward ? F(&g->wg) : NULL;
   } else if (e->zero <= 1) {
     grads = F(&e->full_g) + g->foff;
   } else if (backward) {
-    if (!g->grads.data && (rc = take(e, &g->grads, e->wdt, (size_t)e->size * g->shard, "gradient bucket")))
+    if (!g->grads.data && (rc = state_take(e, &g->grads, e->wdt, (size_t)e->size * g->shard, "gradient bucket")))
       return rc;
     grads = F(&g->grads);
   }
@@ -255,11 +256,11 @@ static int on_need(par_engine_t *e, int r, int backward) {
 static int on_done(par_engine_t *e, int r) {
   region_t *g = &e->regions[r];
   if (e->mixed) { /* the working copies leave until the next NEED */
-    give_back(e, &g->wp), give_back(e, &g->wg);
+    state_give_back(e, &g->wp), state_give_back(e, &g->wg);
     return par_gpt_bind(e->model, r, NULL, NULL);
   }
   if (e->zero == 3 && !g->gather) { /* the parameters leave until the next NEED */
-    give_back(e, &g->gathered);
+    state_give_back(e, &g->gathered);
     par_gpt_bind(e->model, r, NULL, F(&g->grads));
   }
   return STRATA_OK;
@@ -270,7 +271,11 @@ int state_event(par_engine_t *e, par_gpt_event_t ev, int r, int backward) {
   int rc = progress(e);
   /* backward went on to this event with its first reduction in flight */
   if (backward && e->t_first_post > 0 && e->t_first_done == 0 && e->t_inflight == 0) e->t_inflight = engine_now();
-  if (!rc) {
+  if (!rc && e->chunks) {
+    if (ev == PAR_GPT_NEED) rc = chunks_need(e, r, backward);
+    else if (ev == PAR_GPT_DONE) rc = chunks_done(e, r, backward);
+    else rc = chunks_grads(e, r);
+  } else if (!rc) {
     if (ev == PAR_GPT_NEED) rc = on_need(e, r, backward);
     else if (ev == PAR_GPT_DONE) rc = on_done(e, r);
     else rc = post_reduction(e, r);
@@ -370,11 +375,11 @@ static void delay(double s) {
 static int stage_grads(par_engine_t *e, region_t *g) {
   int rc;
   if (e->zero <= 1)
-    return e->microbatch == 0 ? convert(e, &e->full_g, g->foff, &g->wg, 0, g->n)
-                              : accumulate(e, &e->full_g, g->foff, &g->wg, 0, g->n);
-  if (!g->grads.data && (rc = take(e, &g->grads, e->wdt, (size_t)e->size * g->shard, "gradient bucket")))
+    return e->microbatch == 0 ? state_convert(e, &e->full_g, g->foff, &g->wg, 0, g->n)
+                              : state_accumulate(e, &e->full_g, g->foff, &g->wg, 0, g->n);
+  if (!g->grads.data && (rc = state_take(e, &g->grads, e->wdt, (size_t)e->size * g->shard, "gradient bucket")))
     return rc;
-  return convert(e, &g->grads, 0, &g->wg, 0, g->n);
+  return state_convert(e, &g->grads, 0, &g->wg, 0, g->n);
 }
 
 static int post_reduction(par_engine_t *e, int r) {
@@ -385,7 +390,7 @@ static int post_reduction(par_engine_t *e, int r) {
   if (e->size == 1) { /* nothing to reduce; ZeRO 2-3 still move the bucket into the shard */
     if (e->zero >= 2) {
       g->reduce_into_scratch = e->microbatch > 0;
-      if (!g->reduce_into_scratch && (rc = convert(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
+      if (!g->reduce_into_scratch && (rc = state_convert(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
       return reduced(e, g, r);
     }
     return STRATA_OK;
@@ -416,6 +421,7 @@ static int post_reduction(par_engine_t *e, int r) {
 
 int state_finish_reductions(par_engine_t *e) {
   int rc;
+  if (e->chunks) return chunks_progress(e, 1);
   for (int b = 0; b < e->nbuckets; b++)
     if (e->bucket_req[b]) {
       if ((rc = comm_wait(&e->bucket_req[b])) != STRATA_OK) return comm_fail(e, rc);
@@ -448,17 +454,19 @@ int state_gather_updates(par_engine_t *e) {
 }
 
 void state_release_all(par_engine_t *e) {
+  if (e->chunks) chunks_progress(e, 1);
   for (int b = 0; b < e->nbuckets; b++) comm_wait(&e->bucket_req[b]);
   for (int r = 0; r < e->nregions; r++) {
     region_t *g = &e->regions[r];
     comm_wait(&g->gather), comm_wait(&g->reduce);
     g->reduce_into_scratch = 0;
-    give_back(e, &g->grads), give_back(e, &g->gathered), give_back(e, &g->wp), give_back(e, &g->wg);
+    state_give_back(e, &g->grads), state_give_back(e, &g->gathered), state_give_back(e, &g->wp), state_give_back(e, &g->wg);
   }
   state_drop_g32(e);
 }
 
 int state_zero_grads(par_engine_t *e) {
+  if (e->chunks) return chunks_begin_step(e);
   tensor_t *t = e->zero <= 1 ? &e->full_g : &e->shard_g;
   int rc = tensor_zero(e->tc, t);
   return rc ? engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc)) : STRATA_OK;
@@ -496,6 +504,12 @@ static int region_of_view(const par_engine_t *e, int view) {
 
 int state_piece_region(const par_engine_t *e, int i) { return region_of_view(e, e->pieces[i].view); }
 
+int state_region_pieces(const par_engine_t *e, int i0, int *i1) {
+  int r = state_piece_region(e, i0);
+  for (*i1 = i0; *i1 < e->npieces && state_piece_region(e, *i1) == r;) ++*i1;
+  return r;
+}
+
 void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, float **v, void **lowp) {
   const piece_t *pc = &e->pieces[i];
   const par_gpt_view_t *vw = par_gpt_view(e->model, pc->view);
@@ -506,9 +520,19 @@ void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, f
   size_t shard = rg->soff + rel - (size_t)e->rank * rg->shard; /* in the shard buffers */
   size_t st = e->zero == 0 ? full : shard;
   void *stored = e->zero <= 2 ? at(&e->full_p, full) : at(&e->shard_p, shard);
+  if (e->chunks) { /* (ZeRO-0, whole regions) the arrays while resident, else NULL */
+    float **res = e->res + OFF_ARRAYS * r;
+    void *lp = res[OFF_PARAMS] ? (char *)res[OFF_PARAMS] + rel * tensor_dtype_size(e->wdt) : NULL;
+    *p = e->mixed ? (res[OFF_MASTER] ? res[OFF_MASTER] + rel : NULL) : lp;
+    *g = e->mixed ? (e->g32_res ? e->g32_res + rel : NULL) : res[OFF_GRADS] ? res[OFF_GRADS] + rel : NULL;
+    *m = res[OFF_M] ? res[OFF_M] + rel : NULL;
+    *v = res[OFF_V] ? res[OFF_V] + rel : NULL;
+    if (lowp) *lowp = e->mixed ? lp : NULL;
+    return;
+  }
   if (e->nvme) { /* the region's arrays while resident (NULL otherwise) */
     size_t lo = e->zero == 0 ? rel : rel - (size_t)e->rank * rg->shard;
-    float **res = e->res + 3 * r;
+    float **res = e->res + OFF_ARRAYS * r;
     *p = e->mixed ? (res[0] ? res[0] + lo : NULL) : stored;
     *g = e->mixed ? (e->g32.data ? F(&e->g32) + st : NULL) : e->zero <= 1 ? F(&e->full_g) + full : F(&e->shard_g) + shard;
     *m = res[1] ? res[1] + lo : NULL;
@@ -535,13 +559,17 @@ int state_sync_lowp(par_engine_t *e) {
   if (!e->mixed) return STRATA_OK;
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
-    if (e->nvme && !g->n) continue;
+    if ((e->nvme || e->chunks) && !g->n) continue;
     if ((rc = state_resident(e, r, 1))) break;
-    tensor_t mr = e->nvme ? tensor_view1(e->res[3 * r], TENSOR_F32, e->device, 1) : e->master;
-    size_t mo = e->nvme ? 0 : e->zero == 0 ? g->foff : g->soff; /* the region's first master element */
-    if (e->zero == 0) rc = convert(e, &e->full_p, g->foff, &mr, mo, (size_t)e->size * g->shard);
-    else if (e->zero == 3) rc = convert(e, &e->shard_p, g->soff, &mr, mo, g->shard);
-    else rc = convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &mr, mo, g->shard);
+    int in_off = e->nvme || e->chunks; /* the masters: the region's tensor of liboffload */
+    tensor_t mr = in_off ? tensor_view1(e->res[OFF_ARRAYS * r], TENSOR_F32, e->device, 1) : e->master;
+    size_t mo = in_off ? 0 : e->zero == 0 ? g->foff : g->soff; /* the region's first master element */
+    if (e->chunks) {
+      tensor_t lp = tensor_view1(e->res[OFF_ARRAYS * r + OFF_PARAMS], e->wdt, e->device, (int64_t)g->n);
+      rc = state_convert(e, &lp, 0, &mr, 0, g->n);
+    } else if (e->zero == 0) rc = state_convert(e, &e->full_p, g->foff, &mr, mo, (size_t)e->size * g->shard);
+    else if (e->zero == 3) rc = state_convert(e, &e->shard_p, g->soff, &mr, mo, g->shard);
+    else rc = state_convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &mr, mo, g->shard);
     int rr = state_resident(e, r, 0);
     if (!rc) rc = rr;
   }
@@ -550,15 +578,22 @@ int state_sync_lowp(par_engine_t *e) {
 
 int state_take_g32(par_engine_t *e) {
   int rc;
-  if (!e->mixed) return STRATA_OK;
-  if ((rc = take(e, &e->g32, TENSOR_F32, e->zero == 0 ? e->nfull : e->nshard, "fp32 gradients of the update")))
+  if (!e->mixed || e->chunks) return STRATA_OK; /* (the chunk policy's: per region, chunks_resident) */
+  size_t n32 = e->zero == 0 ? e->nfull : e->nshard;
+  if (e->g32_id >= 0) { /* ZeRO-Offload: on the host, for the CPU optimizer */
+    void *p;
+    if ((rc = offload_access(e->off, e->g32_id, OFFLOAD_HOST, &p)))
+      return engine_fail(e, 0, rc, "optimizer offload: fp32 gradients: %s", offload_error(e->off));
+    e->g32 = tensor_view1(p, TENSOR_F32, e->device, (int64_t)n32);
+  } else if ((rc = state_take(e, &e->g32, TENSOR_F32, n32, "fp32 gradients of the update"))) {
     return rc;
-  if (e->zero == 0) rc = convert(e, &e->g32, 0, &e->full_g, 0, e->nfull);
-  else if (e->zero >= 2) rc = convert(e, &e->g32, 0, &e->shard_g, 0, e->nshard);
+  }
+  if (e->zero == 0) rc = state_convert(e, &e->g32, 0, &e->full_g, 0, e->nfull);
+  else if (e->zero >= 2) rc = state_convert(e, &e->g32, 0, &e->shard_g, 0, e->nshard);
   else
     for (int r = 0; r < e->nregions && !rc; r++) {
       region_t *g = &e->regions[r];
-      rc = convert(e, &e->g32, g->soff, &e->full_g, g->foff + (size_t)e->rank * g->shard, g->shard);
+      rc = state_convert(e, &e->g32, g->soff, &e->full_g, g->foff + (size_t)e->rank * g->shard, g->shard);
     }
   for (int i = 0; i < e->npieces; i++) {
     float *p, *gr, *m, *v;
@@ -570,7 +605,12 @@ int state_take_g32(par_engine_t *e) {
 
 void state_drop_g32(par_engine_t *e) {
   if (!e->g32.data) return;
-  give_back(e, &e->g32);
+  if (e->g32_id >= 0) { /* its chunk goes back to the host tier's pool */
+    offload_release(e->off, e->g32_id, OFFLOAD_FREE);
+    memset(&e->g32, 0, sizeof e->g32);
+  } else {
+    state_give_back(e, &e->g32);
+  }
   for (int i = 0; i < e->npieces && e->tens; i++) e->tens[i].grad = NULL;
 }
 
@@ -585,7 +625,9 @@ static float *init_range(par_engine_t *e, region_t *g, size_t *a, size_t *b) {
   *a = sharded ? (size_t)e->rank * g->shard : 0;
   *b = sharded ? *a + g->shard : g->n;
   if (*b > g->n) *b = g->n;
-  if (e->nvme && e->mixed) return e->res[3 * (int)(g - e->regions)]; /* the region's masters, resident */
+  float **res = e->res ? e->res + OFF_ARRAYS * (int)(g - e->regions) : NULL;
+  if (e->chunks) return e->mixed ? res[OFF_MASTER] : res[OFF_PARAMS]; /* (ZeRO-0) the region's, resident */
+  if (e->nvme && e->mixed) return res[OFF_MASTER]; /* the region's masters, resident */
   tensor_t *t = e->mixed ? &e->master : e->zero == 3 ? &e->shard_p : &e->full_p;
   return sharded ? F(t) + g->soff : F(t) + g->foff;
 }
@@ -694,6 +736,7 @@ static int open_offload(par_engine_t *e, size_t most, size_t host, size_t nvme) 
     return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
   oc.chunk_bytes = round_up((most ? most : 1) * sizeof(float), 4096);
   oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_HOST] = host * oc.chunk_bytes;
+  if (e->opts.host_bytes > 0) oc.budget[OFFLOAD_HOST] = (size_t)e->opts.host_bytes; /* the user's budget */
   oc.budget[OFFLOAD_NVME] = nvme * oc.chunk_bytes;
   oc.nvme_dir = e->opts.offload_dir ? e->opts.offload_dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   int rc = offload_create(&e->off, &oc, err, sizeof err);
@@ -703,10 +746,12 @@ static int open_offload(par_engine_t *e, size_t most, size_t host, size_t nvme) 
 /* ZeRO-Offload's static policy: each optimizer array (the fp32 masters
  * under mixed precision, m, v) is one tensor of liboffload's host tier, in a
  * chunk of its own, made and pinned there now (zeroed) for the engine's
- * life; the tensors below view it. */
+ * life; the tensors below view it. Under mixed precision the update's fp32
+ * gradients are one more, on the host for each step only (the CPU
+ * optimizer's; state_take_g32). */
 static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
   int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4);
-  int rc = open_offload(e, n, count ? (size_t)count : 1, 0);
+  int rc = open_offload(e, n, (size_t)count + (e->mixed ? 1 : 0) + !count, 0);
   if (rc) return rc;
   tensor_t *ts[3] = {&e->master, &e->m, &e->v};
   for (int k = 0, t; k < 3; k++) {
@@ -717,6 +762,8 @@ static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
       return engine_fail(e, 0, rc, "optimizer offload: %s", offload_error(e->off));
     *ts[k] = tensor_view1(p, TENSOR_F32, e->device, (int64_t)n);
   }
+  if (e->mixed && (rc = offload_tensor_add(e->off, n * sizeof(float), &e->g32_id)))
+    return engine_fail(e, 0, rc, "optimizer offload: %s", offload_error(e->off));
   return STRATA_OK;
 }
 
@@ -736,35 +783,36 @@ static int offload_nvme(par_engine_t *e, int arrays) {
   int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4), rc;
   if ((rc = open_offload(e, most, (size_t)count + 1, 3 * (size_t)e->nregions + 4))) return rc;
   e->nvme = 1;
-  if (!(e->off_ids = malloc(3 * (size_t)e->nregions * sizeof *e->off_ids)) ||
-      !(e->res = calloc(3 * (size_t)e->nregions, sizeof *e->res)))
+  if (!(e->off_ids = malloc(OFF_ARRAYS * (size_t)e->nregions * sizeof *e->off_ids)) ||
+      !(e->res = calloc(OFF_ARRAYS * (size_t)e->nregions, sizeof *e->res)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the offloaded optimizer's tables");
   for (int r = 0; r < e->nregions; r++)
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < OFF_ARRAYS; k++) {
       size_t n = opt_len(e, &e->regions[r]);
-      e->off_ids[3 * r + k] = -1;
-      if (!(arrays & opt_bits[k]) || !n) continue;
-      if ((rc = offload_tensor_add(e->off, n * sizeof(float), &e->off_ids[3 * r + k])))
+      e->off_ids[OFF_ARRAYS * r + k] = -1;
+      if (k >= 3 || !(arrays & opt_bits[k]) || !n) continue;
+      if ((rc = offload_tensor_add(e->off, n * sizeof(float), &e->off_ids[OFF_ARRAYS * r + k])))
         return engine_fail(e, 0, rc, "optimizer offload to NVMe: %s", offload_error(e->off));
     }
   return STRATA_OK;
 }
 
 int state_resident(par_engine_t *e, int r, int on) {
-  if (!e->nvme) return STRATA_OK;
+  if (!e->nvme && !e->chunks) return STRATA_OK;
   for (int k = 0; k < 3; k++) {
-    int id = e->off_ids[3 * r + k], rc;
+    int id = e->off_ids[OFF_ARRAYS * r + k], rc;
     if (id < 0) continue;
     void *p = NULL;
     rc = on ? offload_access(e->off, id, OFFLOAD_HOST, &p) : offload_release(e->off, id, OFFLOAD_HOLD);
     if (rc) return engine_fail(e, 0, rc, "optimizer state of region %d: %s", r, offload_error(e->off));
-    e->res[3 * r + k] = p;
+    e->res[OFF_ARRAYS * r + k] = p;
   }
-  return STRATA_OK;
+  return e->chunks ? chunks_resident(e, r, on) : STRATA_OK;
 }
 
 int state_create(par_engine_t *e) {
   int rc, dp = e->size, arrays;
+  e->g32_id = -1;
   e->nregions = par_gpt_num_regions(e->model);
   if (!(e->regions = calloc((size_t)e->nregions, sizeof *e->regions)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
@@ -778,29 +826,35 @@ int state_create(par_engine_t *e) {
   }
   size_t np = e->zero <= 2 ? e->nfull : e->nshard, ng = e->zero <= 1 ? e->nfull : e->nshard;
   size_t no = e->zero == 0 ? e->nfull : e->nshard, wsz = tensor_dtype_size(e->wdt);
-  if (e->zero <= 2) rc = alloc(e, &e->full_p, e->wdt, e->nfull, "parameters");
-  else rc = alloc(e, &e->shard_p, e->wdt, e->nshard, "parameter shard");
-  if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->wdt, e->nfull, "gradients")
-                             : alloc(e, &e->shard_g, e->wdt, e->nshard, "gradient shard");
   arrays = e->state_arrays | (e->mixed ? 4 : 0);
-  if (!rc && e->layout.offload_optimizer == PAR_TIER_CPU) rc = offload_optimizer(e, arrays, no);
-  else if (!rc && e->layout.offload_optimizer == PAR_TIER_NVME) rc = offload_nvme(e, arrays);
-  else {
-    if (!rc && e->mixed) rc = alloc(e, &e->master, TENSOR_F32, no, "fp32 master parameters");
-    if (!rc && (arrays & 1)) rc = alloc(e, &e->m, TENSOR_F32, no, "optimizer state m");
-    if (!rc && (arrays & 2)) rc = alloc(e, &e->v, TENSOR_F32, no, "optimizer state v");
+  if (e->chunks) { /* everything in liboffload's chunks */
+    rc = chunks_create(e);
+  } else {
+    rc = e->zero <= 2 ? alloc(e, &e->full_p, e->wdt, e->nfull, "parameters")
+                      : alloc(e, &e->shard_p, e->wdt, e->nshard, "parameter shard");
+    if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->wdt, e->nfull, "gradients")
+                               : alloc(e, &e->shard_g, e->wdt, e->nshard, "gradient shard");
+    if (!rc && e->layout.offload_optimizer == PAR_TIER_CPU) rc = offload_optimizer(e, arrays, no);
+    else if (!rc && e->layout.offload_optimizer == PAR_TIER_NVME) rc = offload_nvme(e, arrays);
+    else {
+      if (!rc && e->mixed) rc = alloc(e, &e->master, TENSOR_F32, no, "fp32 master parameters");
+      if (!rc && (arrays & 1)) rc = alloc(e, &e->m, TENSOR_F32, no, "optimizer state m");
+      if (!rc && (arrays & 2)) rc = alloc(e, &e->v, TENSOR_F32, no, "optimizer state v");
+    }
   }
   if (rc) return rc;
   e->state_bytes[0] = np * wsz;
   e->state_bytes[1] = ng * wsz;
   e->state_bytes[2] = (size_t)(!!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4)) * no * sizeof(float);
   if ((rc = init_params(e))) return rc;
-  for (int r = 0; r < e->nregions && !e->mixed; r++) { /* fp32 stages 0-2 keep the parameters bound */
+  if (e->chunks && (rc = offload_trace_restart(e->off))) /* the first step is the warm-up */
+    return engine_fail(e, 0, rc, "chunks: %s", offload_error(e->off));
+  for (int r = 0; r < e->nregions && !e->mixed && !e->chunks; r++) { /* fp32 stages 0-2 keep the parameters bound */
     region_t *g = &e->regions[r];
     par_gpt_bind(e->model, r, e->zero <= 2 ? F(&e->full_p) + g->foff : NULL,
                  e->zero <= 1 ? F(&e->full_g) + g->foff : NULL);
   }
-  if (e->zero == 0 && dp > 1 && (rc = make_buckets(e))) return rc;
+  if (e->zero == 0 && dp > 1 && !e->chunks && (rc = make_buckets(e))) return rc;
   par_gpt_set_hook(e->model, hook, e);
   return state_pieces(e);
 }
@@ -809,6 +863,7 @@ void state_destroy(par_engine_t *e) {
   if (!e->regions) return;
   state_release_all(e);
   release(e, &e->full_p), release(e, &e->full_g), release(e, &e->shard_p), release(e, &e->shard_g);
+  chunks_destroy(e);
   free(e->off_ids), free(e->res);
   e->off_ids = NULL, e->res = NULL, e->nvme = 0;
   if (e->off) { /* views of the host tier's chunks */

@@ -90,6 +90,10 @@ STRATA_API int tensor_synchronize(tensor_ctx_t *ctx);
 /* Current and peak bytes allocated through this context on `device`
  * (TENSOR_CPU or a CUDA ordinal). Either pointer may be NULL. */
 STRATA_API int tensor_memory(const tensor_ctx_t *ctx, int device, size_t *current, size_t *peak);
+/* Caps the bytes allocated through this context on `device` (0: no cap):
+ * a tensor_alloc beyond it fails with STRATA_ENOMEM, as a device of that
+ * size would (on the CPU it stands in for a GPU's memory). */
+STRATA_API int tensor_memory_set_limit(tensor_ctx_t *ctx, int device, size_t bytes);
 /* Sets the peak of `device` to its current value. */
 STRATA_API void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device);
 
