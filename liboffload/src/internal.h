@@ -17,4 +17,21 @@ int nvme_open(const char *dir, int *direct, char *err, size_t errlen);
 int nvme_write(int fd, const void *buf, size_t n, size_t offset, char *err, size_t errlen);
 int nvme_read(int fd, void *buf, size_t n, size_t offset, char *err, size_t errlen);
 
+/* cuda/tier.cu (CUDA builds): the device tier's arena in device memory and
+ * a copy stream of the manager's; pinned host chunks; asynchronous copies
+ * (any direction) and zeroing on that stream; its synchronisation. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+int offload_cuda_open(int device, size_t arena_bytes, void **arena, void **stream, char *err, size_t n);
+void offload_cuda_close(void *arena, void *stream);
+int offload_cuda_host_alloc(void **p, size_t bytes);
+void offload_cuda_host_free(void *p);
+int offload_cuda_copy(void *dst, const void *src, size_t bytes, void *stream, char *err, size_t n);
+int offload_cuda_zero(void *p, size_t bytes, void *stream, char *err, size_t n);
+int offload_cuda_sync(void *stream, char *err, size_t n);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -74,6 +74,9 @@ struct offload {
   int iteration, moment; /* the moment: accesses so far in this iteration */
   uint64_t clock;
   int brk;                  /* the next tensor starts a new chunk */
+  int cuda;                 /* the device tier is CUDA memory (cfg.cuda_device) */
+  void *stream;             /* and its copies' stream */
+  int pending;              /* copies queued on it since it was last synchronised */
   /* This iteration's events and the last complete one's (offload_last_iteration) */
   ev_log log[2];
   char err[768], note[256];
@@ -87,6 +90,55 @@ static int fail(offload_t *o, int code, const char *fmt, ...) {
   vsnprintf(o->err, sizeof o->err, fmt, ap);
   va_end(ap);
   return code;
+}
+
+/* ------------------------------------------------------------ memory and copies */
+
+/* Waits for the copies queued on the CUDA stream (before the host touches a
+ * chunk's memory or an access hands a chunk out). */
+static int sync_copies(offload_t *o) {
+  if (!o->pending) return STRATA_OK;
+  o->pending = 0;
+#if defined(STRATA_CUDA)
+  return offload_cuda_sync(o->stream, o->err, sizeof o->err);
+#else
+  return STRATA_OK;
+#endif
+}
+
+/* n bytes from src to dst, whatever tiers they are on (a CUDA tier: queued on the stream). */
+static int copy(offload_t *o, void *dst, const void *src, size_t n) {
+#if defined(STRATA_CUDA)
+  if (o->cuda) {
+    o->pending = 1;
+    return offload_cuda_copy(dst, src, n, o->stream, o->err, sizeof o->err);
+  }
+#endif
+  memcpy(dst, src, n);
+  return STRATA_OK;
+}
+
+/* A host chunk: pinned with a CUDA tier, else aligned (huge pages from 2 MiB). */
+static int host_alloc(offload_t *o, char **mem, size_t cb) {
+#if defined(STRATA_CUDA)
+  if (o->cuda) return offload_cuda_host_alloc((void **)mem, cb);
+#endif
+  size_t huge = (size_t)2 << 20, al = cb >= huge ? huge : OFFLOAD_ALIGN;
+  if (posix_memalign((void **)mem, al, (cb + al - 1) / al * al) != 0) return STRATA_ENOMEM;
+  if (al == huge) madvise(*mem, cb, MADV_HUGEPAGE);
+  return STRATA_OK;
+}
+
+static void host_free(offload_t *o, char *p) {
+  if (!p) return;
+  sync_copies(o); /* (a copy may still read it) */
+#if defined(STRATA_CUDA)
+  if (o->cuda) {
+    offload_cuda_host_free(p);
+    return;
+  }
+#endif
+  free(p);
 }
 
 const char *offload_tier_name(offload_tier_t t) {
@@ -135,7 +187,15 @@ int offload_create(offload_t **out, const offload_config_t *cfg, char *err, size
   o->arena_slots = (long)(cfg->budget[OFFLOAD_DEVICE] / cb);
   size_t arena = (size_t)o->arena_slots * cb;
   int rc = STRATA_OK;
-  if (arena && posix_memalign((void **)&o->arena, OFFLOAD_ALIGN, arena) != 0) {
+  if (cfg->cuda_device >= 0) {
+#if defined(STRATA_CUDA)
+    o->cuda = 1;
+    rc = offload_cuda_open(cfg->cuda_device, arena, (void **)&o->arena, &o->stream, why, sizeof why);
+#else
+    rc = STRATA_EUNSUPPORTED;
+    snprintf(why, sizeof why, "cuda_device %d: this build of strata has no CUDA", cfg->cuda_device);
+#endif
+  } else if (arena && posix_memalign((void **)&o->arena, OFFLOAD_ALIGN, arena) != 0) {
     o->arena = NULL;
     rc = STRATA_ENOMEM;
     snprintf(why, sizeof why, "out of memory for the device tier's arena of %zu bytes", arena);
@@ -158,21 +218,25 @@ int offload_create(offload_t **out, const offload_config_t *cfg, char *err, size
     offload_destroy(o);
     return rc;
   }
-  o->st.direct = o->direct;
+  o->st.direct = o->direct, o->st.cuda = o->cuda;
   *out = o;
   return STRATA_OK;
 }
 
 void offload_destroy(offload_t *o) {
   if (!o) return;
+  sync_copies(o);
   for (int c = 0; c < o->nchunks; c++) {
-    if (o->chunks[c].tier == OFFLOAD_HOST) free(o->chunks[c].mem);
+    if (o->chunks[c].tier == OFFLOAD_HOST) host_free(o, o->chunks[c].mem);
     free(o->chunks[c].moments), free(o->chunks[c].tiers);
   }
   if (o->fd >= 0) close(o->fd);
-  for (int i = 0; i < o->npool; i++) free(o->pool[i]);
+  for (int i = 0; i < o->npool; i++) host_free(o, o->pool[i]);
   free(o->pool);
   for (int i = 0; i < 2; i++) free(o->log[i].ev), free(o->log[i].on_device);
+#if defined(STRATA_CUDA)
+  if (o->cuda) offload_cuda_close(o->arena, o->stream), o->arena = NULL;
+#endif
   free(o->arena), free(o->free_slots[0]), free(o->free_slots[1]), free(o->chunks), free(o->tensors);
   free(o);
 }
@@ -275,11 +339,8 @@ static int place(offload_t *o, chunk_rec *c, int t, char **mem, long *slot) {
       return STRATA_OK;
     }
     /* chunks of 2 MiB and more on huge pages where the kernel gives them: fewer TLB misses when
-     * the optimizer streams through them */
-    size_t huge = (size_t)2 << 20, al = cb >= huge ? huge : OFFLOAD_ALIGN;
-    if (posix_memalign((void **)mem, al, (cb + al - 1) / al * al) == 0) {
-      if (al == huge) madvise(*mem, cb, MADV_HUGEPAGE);
-    } else {
+     * the optimizer streams through them; pinned with a CUDA device tier */
+    if (host_alloc(o, mem, cb) != STRATA_OK) {
       *mem = NULL;
       return fail(o, STRATA_ENOMEM, "host tier: the system has no %zu bytes for chunk %d", cb, (int)(c - o->chunks));
     }
@@ -295,7 +356,7 @@ static void unplace(offload_t *o, chunk_rec *c) {
     if (o->count[OFFLOAD_HOST] + o->npool <= room(o, OFFLOAD_HOST) &&
         !grow((void **)&o->pool, &o->cappool, o->npool + 1, sizeof *o->pool))
       o->pool[o->npool++] = c->mem;
-    else free(c->mem);
+    else host_free(o, c->mem);
   } else if (c->tier == OFFLOAD_NVME) give_slot(o, 1, c->slot);
   if (c->tier >= 0) account(o, c->tier, -1);
   c->tier = -1, c->mem = NULL, c->slot = -1;
@@ -363,10 +424,12 @@ static int move(offload_t *o, int ci, int to) {
   char *mem;
   long slot;
   if ((rc = place(o, c, to, &mem, &slot))) return rc;
-  /* the copy first: a failed write leaves the chunk where it was */
+  /* the copy first: a failed write leaves the chunk where it was (NVMe: the host chunk's bytes
+   * settled first) */
+  if ((to == OFFLOAD_NVME || from == OFFLOAD_NVME) && (rc = sync_copies(o))) return rc;
   if (to == OFFLOAD_NVME) rc = nvme_write(o->fd, c->mem, cb, (size_t)slot * cb, o->err, sizeof o->err);
   else if (from == OFFLOAD_NVME) rc = nvme_read(o->fd, mem, cb, (size_t)c->slot * cb, o->err, sizeof o->err);
-  else memcpy(mem, c->mem, cb);
+  else rc = copy(o, mem, c->mem, cb);
   if (rc) { /* give back what was taken for it */
     chunk_rec tmp = {.tier = to, .mem = mem, .slot = slot};
     account(o, to, 1);
@@ -436,8 +499,16 @@ int offload_access(offload_t *o, int t, offload_tier_t tier, void **ptr) {
     if ((rc = place(o, c, tier, &mem, &slot))) return rc;
     c->tier = tier, c->mem = mem, c->slot = slot;
     account(o, tier, 1);
-    if (mem) memset(mem, 0, o->cfg.chunk_bytes);
-    else {
+#if defined(STRATA_CUDA)
+    if (mem && o->cuda && tier == OFFLOAD_DEVICE) {
+      o->pending = 1;
+      if ((rc = offload_cuda_zero(mem, o->cfg.chunk_bytes, o->stream, o->err, sizeof o->err))) return rc;
+    } else
+#endif
+    if (mem) {
+      if ((rc = sync_copies(o))) return rc; /* (pooled memory a copy may still read) */
+      memset(mem, 0, o->cfg.chunk_bytes);
+    } else {
       char *zero = NULL; /* an NVMe slot: written zeroed */
       if (posix_memalign((void **)&zero, OFFLOAD_ALIGN, o->cfg.chunk_bytes) != 0) return fail(o, STRATA_ENOMEM, "zeroing");
       memset(zero, 0, o->cfg.chunk_bytes);
@@ -457,7 +528,7 @@ int offload_access(offload_t *o, int t, offload_tier_t tier, void **ptr) {
   tr->state = OFFLOAD_COMPUTE;
   c->last = ++o->clock;
   if (ptr) *ptr = c->mem ? c->mem + tr->off : NULL;
-  return STRATA_OK;
+  return sync_copies(o); /* the chunk's bytes are there */
 }
 
 int offload_release(offload_t *o, int t, offload_state_t state) {
@@ -495,6 +566,29 @@ int offload_set_other(offload_t *o, offload_tier_t tier, size_t bytes) {
     o->st.evictions++;
   }
   while (tier == OFFLOAD_HOST && o->npool > 0 && o->count[tier] + o->npool > room(o, tier)) free(o->pool[--o->npool]);
+  return STRATA_OK;
+}
+
+int offload_prefetch(offload_t *o, int max_chunks, int *started) {
+  if (started) *started = 0;
+  if (!o || max_chunks < 0) return STRATA_EINVAL;
+  if (!o->st.traced || o->arena_slots == 0) return STRATA_OK;
+  for (int k = 0; k < max_chunks && o->count[OFFLOAD_DEVICE] < room(o, OFFLOAD_DEVICE); k++) {
+    int best = -1;
+    long long best_use = 0;
+    for (int i = 0; i < o->nchunks; i++) { /* on the host, needed on the device soonest */
+      const chunk_rec *c = &o->chunks[i];
+      if (c->tier != OFFLOAD_HOST) continue;
+      long long use = next_use(o, c, OFFLOAD_DEVICE);
+      if (use >= 1LL << 31) continue; /* not needed again, or next on the host */
+      if (best < 0 || use < best_use) best = i, best_use = use;
+    }
+    if (best < 0) break;
+    int rc = move(o, best, OFFLOAD_DEVICE);
+    if (rc) return rc;
+    o->st.prefetches++;
+    if (started) ++*started;
+  }
   return STRATA_OK;
 }
 

@@ -322,6 +322,51 @@ Test(offload, free_from_hold) {
   offload_destroy(o);
 }
 
+/* Prefetch on the trace: each chunk is used on the device, then on the
+ * host (as the CPU optimizer takes it); with one prefetch before each
+ * access, the second iteration's device accesses all find their chunk
+ * there already, in the order the trace says, bytes intact. A CUDA tier
+ * asked of a build without CUDA is refused by name. */
+Test(offload, prefetch_on_the_trace) {
+  offload_t *o = make(2 * CB, 8 * CB, 0, NULL);
+  chunks(o, 4);
+  offload_stats_t s0, s1;
+  int started = -1;
+  cr_assert_eq(offload_prefetch(o, 1, &started), 0);
+  cr_expect_eq(started, 0, "nothing before the trace");
+  for (int it = 0; it < 2; it++) {
+    offload_stats(o, &s0);
+    for (int k = 0; k < 4; k++) {
+      if (it == 1) {
+        cr_assert_eq(offload_prefetch(o, 1, &started), 0, "%s", offload_error(o));
+        cr_expect_eq(started, 1, "chunk %d: nothing prefetched", k);
+        cr_expect_eq(offload_chunk_tier(o, k), OFFLOAD_DEVICE, "the next chunk on the trace is %d", k);
+      }
+      unsigned char *p;
+      cr_assert_eq(offload_access(o, k, OFFLOAD_DEVICE, (void **)&p), 0, "%s", offload_error(o));
+      if (it == 0) memset(p, 0x40 + k, CB);
+      else cr_expect(p[0] == 0x40 + k && p[CB - 1] == 0x40 + k, "chunk %d's bytes", k);
+      offload_release(o, k, OFFLOAD_HOLD);
+      cr_assert_eq(offload_access(o, k, OFFLOAD_HOST, NULL), 0);
+      offload_release(o, k, OFFLOAD_HOLD);
+    }
+    offload_stats(o, &s1);
+    if (it == 1)
+      cr_expect(s1.fetches == s0.fetches + 4 && s1.prefetches == s0.prefetches + 4,
+                "fetches %llu (the host accesses' 4), prefetches %llu", (unsigned long long)(s1.fetches - s0.fetches),
+                (unsigned long long)(s1.prefetches - s0.prefetches));
+    offload_iteration_end(o);
+  }
+  offload_destroy(o);
+#if !defined(STRATA_CUDA)
+  offload_config_t c = OFFLOAD_CONFIG_DEFAULTS;
+  c.cuda_device = 0;
+  char err[256];
+  cr_expect_eq(offload_create(&o, &c, err, sizeof err), STRATA_EUNSUPPORTED);
+  cr_expect(strstr(err, "no CUDA"), "%s", err);
+#endif
+}
+
 /* A break starts a new chunk. */
 Test(offload, chunk_break) {
   offload_t *o = make(0, 64 * CB, 0, NULL);

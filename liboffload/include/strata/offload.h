@@ -66,9 +66,15 @@ typedef struct {
   size_t chunk_bytes;           /* every chunk's size (> 0; a multiple of 4096 with an NVMe tier) */
   const char *nvme_dir;         /* the NVMe tier's directory (with budget[OFFLOAD_NVME] > 0) */
   int direct;                   /* 1: open the NVMe file with O_DIRECT where the file system allows */
+  /* The device tier: -1, an arena of host memory standing in for a GPU's;
+   * n >= 0 (CUDA builds), memory of CUDA device n, with host chunks pinned
+   * and every copy between them queued on the manager's own stream
+   * (offload_prefetch overlaps them with the caller's work; an access
+   * returns once its chunk is there). */
+  int cuda_device;
 } offload_config_t;
 #define OFFLOAD_CONFIG_DEFAULTS                                                                    \
-  {.budget = {64u << 20, 1u << 30, 0}, .chunk_bytes = 4u << 20, .nvme_dir = NULL, .direct = 1}
+  {.budget = {64u << 20, 1u << 30, 0}, .chunk_bytes = 4u << 20, .nvme_dir = NULL, .direct = 1, .cuda_device = -1}
 
 typedef struct offload offload_t;
 
@@ -108,6 +114,13 @@ STRATA_API int offload_release(offload_t *o, int tensor, offload_state_t state);
  * chunks beyond the remaining room move down at once (EINVAL for the NVMe
  * tier; ENOMEM when pinned chunks leave no way). */
 STRATA_API int offload_set_other(offload_t *o, offload_tier_t tier, size_t bytes);
+/* Starts bringing to the device, without moving anything else down, up to
+ * max_chunks chunks (on the host) that the trace says are needed there
+ * next, soonest first, while the device has free room; *started (may be
+ * NULL) receives how many. With a CUDA device tier the copies run on the
+ * manager's stream while the caller goes on; on the host arena they are
+ * done at once. Nothing before the trace exists. */
+STRATA_API int offload_prefetch(offload_t *o, int max_chunks, int *started);
 /* Ends an iteration: the first one's trace becomes the eviction schedule. */
 STRATA_API int offload_iteration_end(offload_t *o);
 
@@ -117,10 +130,12 @@ typedef struct {
   size_t peak[OFFLOAD_TIERS];                   /* and at most */
   uint64_t evictions;                           /* chunks moved down to make room */
   uint64_t fetches;                             /* accesses that had to move their chunk first */
+  uint64_t prefetches;                          /* chunks offload_prefetch brought to the device */
   uint64_t accesses;
   int chunks, tensors;
   int traced;                                   /* the warm-up trace is in use */
   int direct;                                   /* the NVMe file runs with O_DIRECT */
+  int cuda;                                     /* the device tier is CUDA memory */
 } offload_stats_t;
 STRATA_API int offload_stats(const offload_t *o, offload_stats_t *st);
 /* Forgets the trace: the next iteration is the warm-up again (after set-up
