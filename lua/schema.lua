@@ -107,7 +107,7 @@ local sections = {
   },
   offload = {
     policy = {t = ENUM, values = {"none", "static", "nvme", "chunks"}, default = "none",
-              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU; nvme: ZeRO-Infinity's, on the NVMe tier, streamed through the host region by region; chunks: PatrickStar's, parameters, gradients and optimizer state in chunks that move between device and host as the step needs them (ZeRO stage 0, tp = pp = 1; needs device_mb)"},
+              doc = "static: ZeRO-Offload's optimizer state (fp32 masters, moments) in liboffload's host tier, updated on the CPU; nvme: ZeRO-Infinity's, on the NVMe tier, streamed through the host region by region; chunks: PatrickStar's, parameters, gradients and optimizer state in chunks that move between device and host as the step needs them (ZeRO stage 0: chunks on every rank, gradient chunks allreduced; 3: each rank keeps its share of the chunks, gathered and reduce-scattered by groups, one microbatch a step; tp = pp = 1; needs device_mb)"},
     nvme_dir = {t = STR, doc = "with policy = \"nvme\": the NVMe tier's directory (default $TMPDIR or /tmp)"},
     device_mb = {t = NUM, min = 0, default = 0, doc = "the device's memory in MiB (on the CPU path a cap standing in for a GPU's); 0: no cap"},
     host_mb = {t = NUM, min = 0, default = 0, doc = "liboffload's host tier in MiB (static and chunks); 0: what the policy needs"},

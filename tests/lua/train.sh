@@ -151,6 +151,13 @@ grep -qE "^step 6/6 .*\| offload host>nvme [0-9.]+ nvme>host [0-9.]+ MB/step" "$
 "$S" run tests/lua/same_losses.lua a="$work/off0/metrics.h5" b="$work/off3/metrics.h5" >"$work/offs3.log" 2>&1 \
   || fail "chunk offload changed the losses: $(tail -2 "$work/offs3.log")"
 grep -qE "^step 6/6 .*\| offload dev>host [0-9.]+ host>dev [0-9.]+ MB/step" "$work/off3.log" || fail "chunks: no bytes in the progress line: $(grep '^step' "$work/off3.log" | tail -1)"
+# PatrickStar's distributed chunks on 2 ranks (ZeRO stage 3: each rank keeps half of them): the losses of
+# plain data parallelism
+"$S" run -n 2 $R "${small[@]}" train.steps=6 run_dir="$work/off7a" >"$work/off7a.log" 2>&1 || fail "dp run: $(tail -3 "$work/off7a.log")"
+"$S" run -n 2 $R "${small[@]}" train.steps=6 parallel.zero=3 offload.policy=chunks offload.device_mb=6 run_dir="$work/off7" \
+  >"$work/off7.log" 2>&1 || fail "sharded chunk run: $(tail -3 "$work/off7.log")"
+"$S" run tests/lua/same_losses.lua a="$work/off7a/metrics.h5" b="$work/off7/metrics.h5" >"$work/offs7.log" 2>&1 \
+  || fail "sharded chunks changed the losses: $(tail -2 "$work/offs7.log")"
 # a device too small is a clear error naming the budget, and a chunk policy without one is refused by the schema
 "$S" run $R "${small[@]}" train.steps=6 offload.policy=chunks offload.device_mb=0.25 run_dir="$work/off4" >"$work/off4.log" 2>&1 \
   && fail "a 256 KiB device trained"

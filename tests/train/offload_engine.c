@@ -44,39 +44,58 @@ static par_engine_t *engine(int zero, par_precision_t prec, const char *opt, int
   return make_engine(&mc, &lay, &oc, &eo);
 }
 
-/* PatrickStar's chunk policy: bit-identical to no offload (losses, norms,
- * parameters over 6 steps, and a checkpoint that resumes without the
- * policy); the device never holds more than its budget (the accountant's
- * bytes and the chunks there at each moment); the chunks move every step;
- * with dp = 2, libcomm's bytes are one ring allreduce of every gradient
- * chunk's bytes, 2 (p - 1) / p of them sent per rank. */
-static void chunked(par_precision_t prec, const char *opt, int mb, double budget) {
+/* PatrickStar's chunk policy: bit-identical to no offload at ZeRO stage 0
+ * (losses, norms, parameters over 6 steps, and a checkpoint that resumes
+ * without the policy); the device never holds more than its budget (the
+ * accountant's bytes and the chunks there at each moment); the chunks move
+ * every step; with dp = 2 libcomm's bytes are, at ZeRO stage 0, one ring
+ * allreduce of every gradient chunk's bytes, 2 (p - 1) / p of them sent per
+ * rank, and at ZeRO stage 3 (the chunks sharded) PatrickStar's 3 (p - 1) / p
+ * of the chunks a step: every group of p parameter chunks all-gathered for
+ * the forward and for the backward, and its gradient chunks reduce-scattered
+ * (the same elementwise means as the allreduce: still bit-identical). */
+static void chunked(par_precision_t prec, const char *opt, int mb, double budget, int zero) {
   static const char *const pn[] = {"fp32", "bf16", "fp16"};
   accum = mb, device_bytes = budget;
-  par_engine_t *a = engine(0, prec, opt, 0), *b = engine(0, prec, opt, 3);
+  par_engine_t *a = engine(0, prec, opt, 0), *b = engine(zero, prec, opt, 3);
   par_data_t *da = markov_data(mc.seq), *db = markov_data(mc.seq);
   int same_steps = 1;
   par_engine_info_t ib;
-  comm_counter_t c0, c1;
+  comm_counter_t c0, c1, g0, g1, r0, r1;
   for (int s = 1; s <= 6; s++) {
     par_step_t x, y;
-    if (s == 6) comm_counters(par_engine_comm(b), COMM_K_ALLREDUCE, &c0);
+    if (s == 6) {
+      comm_counters(par_engine_comm(b), COMM_K_ALLREDUCE, &c0);
+      comm_counters(par_engine_comm(b), COMM_K_ALLGATHER, &g0);
+      comm_counters(par_engine_comm(b), COMM_K_REDUCE_SCATTER, &r0);
+    }
     CHECK(par_engine_step(a, da, &x) == 0 && par_engine_step(b, db, &y) == 0, "step %d: %s / %s", s,
           par_engine_error(a), par_engine_error(b));
-    if (s == 6) comm_counters(par_engine_comm(b), COMM_K_ALLREDUCE, &c1);
+    if (s == 6) {
+      comm_counters(par_engine_comm(b), COMM_K_ALLREDUCE, &c1);
+      comm_counters(par_engine_comm(b), COMM_K_ALLGATHER, &g1);
+      comm_counters(par_engine_comm(b), COMM_K_REDUCE_SCATTER, &r1);
+    }
     same_steps &= x.loss == y.loss && x.grad_norm == y.grad_norm;
   }
   size_t n = par_gpt_param_count(&mc);
   float *pa = malloc(n * 4), *pb = malloc(n * 4);
   CHECK(par_engine_get_params(a, pa) == 0 && par_engine_get_params(b, pb) == 0, "get_params");
-  CHECK(same_steps && !memcmp(pa, pb, n * 4), "chunks %s %s accum %d: the policy changed the losses, norms or parameters",
-        pn[prec], opt, mb);
+  CHECK(same_steps && !memcmp(pa, pb, n * 4),
+        "chunks ZeRO-%d %s %s accum %d: the policy changed the losses, norms or parameters", zero, pn[prec], opt, mb);
   par_engine_info(b, &ib);
   CHECK(ib.device_peak <= (size_t)device_bytes, "chunks: the device held %zu bytes, its budget %.0f", ib.device_peak,
         device_bytes);
   CHECK(ib.last_moved > 0 && ib.last_optimal <= ib.last_moved, "chunks: moved %llu, an optimal schedule %llu",
         (unsigned long long)ib.last_moved, (unsigned long long)ib.last_optimal);
-  if (ranks > 1) { /* the gradient chunks' bytes: every region's gradients, packed and 64-byte aligned */
+  if (ranks > 1 && zero == 3) { /* whole chunks: the groups of ranks chunks, gathered twice, reduced once */
+    double cb = (double)ib.chunk_bytes, groups = ib.chunk_groups;
+    double ag = (double)(g1.bytes_sent - g0.bytes_sent), rs = (double)(r1.bytes_sent - r0.bytes_sent);
+    CHECK(ag == 2 * (ranks - 1) * groups * cb && rs == (ranks - 1) * groups * cb,
+          "sharded chunks: a step sent %.0f bytes by all-gather and %.0f by reduce-scatter; %.0f groups of %d chunks "
+          "of %.0f bytes make %.0f and %.0f",
+          ag, rs, groups, ranks, cb, 2 * (ranks - 1) * groups * cb, (ranks - 1) * groups * cb);
+  } else if (ranks > 1) { /* the gradient chunks' bytes: every region's gradients, packed and 64-byte aligned */
     size_t wsz = prec == PAR_PREC_FP32 ? 4 : 2, elems = 0;
     for (int r = 0; r < par_gpt_num_regions(par_engine_model(b)); r++) {
       size_t off, cnt;
@@ -100,9 +119,9 @@ static void chunked(par_precision_t prec, const char *opt, int mb, double budget
   CHECK(par_engine_step(a, da, &x) == 0 && par_engine_step(c, dc, &z) == 0, "step 7: %s", par_engine_error(c));
   CHECK(x.loss == z.loss && x.grad_norm == z.grad_norm, "chunks: resumed without offload, step 7 differs");
   if (rank == 0) {
-    printf("chunks %s %-5s accum %d: bit-identical; %zu chunks of %zu bytes, device peak %zu of %.0f, a step moved "
-           "%llu bytes (an optimal schedule %llu), %ld stalls; its checkpoint resumes without offload\n",
-           pn[prec], opt, mb, ib.chunks, ib.chunk_bytes, ib.device_peak, device_bytes,
+    printf("chunks ZeRO-%d %s %-5s accum %d: bit-identical; %zu chunks of %zu bytes, device peak %zu of %.0f, a step "
+           "moved %llu bytes (an optimal schedule %llu), %ld stalls; its checkpoint resumes without offload\n",
+           zero, pn[prec], opt, mb, ib.chunks, ib.chunk_bytes, ib.device_peak, device_bytes,
            (unsigned long long)ib.last_moved, (unsigned long long)ib.last_optimal, ib.stalls);
     unlink(path);
   }
@@ -220,10 +239,13 @@ int main(int argc, char **argv) {
   /* a device of 400 KB of activations and room for 5 chunks of 52 KB, against 470 KB of fp32
    * parameters and gradients (4 layers of h = 32) */
   mc.layers = 4, chunk_bytes = 0;
-  chunked(PAR_PREC_FP32, "adamw", 1, 0.7e6);
-  chunked(PAR_PREC_BF16, "lamb", 1, 0.7e6);
-  chunked(PAR_PREC_BF16, "adamw", 2, 0.9e6); /* (+ the fp32 working copies and accumulators) */
-  chunked(PAR_PREC_FP32, "momentum", 2, 0.7e6);
+  chunked(PAR_PREC_FP32, "adamw", 1, 0.7e6, 0);
+  chunked(PAR_PREC_BF16, "lamb", 1, 0.7e6, 0);
+  chunked(PAR_PREC_BF16, "adamw", 2, 0.9e6, 0); /* (+ the fp32 working copies and accumulators) */
+  chunked(PAR_PREC_FP32, "momentum", 2, 0.7e6, 0);
+  /* sharded (+ a group's gather and reduction buffers) */
+  chunked(PAR_PREC_FP32, "adamw", 1, 1.2e6, 3);
+  chunked(PAR_PREC_BF16, "lamb", 1, 1.2e6, 3);
   if (rank == 0) rmdir(tmp);
   return harness_finish(NULL);
 }

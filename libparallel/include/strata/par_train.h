@@ -135,11 +135,16 @@ typedef struct {
    * device as the passes need them, evicted by the first step's trace, and
    * to the host for the CPU optimizer; under mixed precision with one
    * microbatch per step a region's 16-bit parameters' place receives its
-   * gradients after backward. With data parallelism a gradient chunk is
-   * the unit of communication: allreduced whole once backward has finished
-   * every region in it. Needs device_bytes, ZeRO stage 0, tp = pp = 1 and
-   * no optimizer offload. chunk_bytes: the chunks' size, 0: PatrickStar's
-   * search (the size in [largest tensor, 4 x it] that wastes least). */
+   * gradients after backward. With data parallelism the chunk is the unit
+   * of communication: at ZeRO stage 0 every rank keeps every chunk and a
+   * gradient chunk is allreduced whole once backward has finished every
+   * region in it; at ZeRO stage 3 (PatrickStar's distributed training, one
+   * microbatch per step) parameter chunk c and its regions' optimizer state
+   * are rank c % dp's alone, groups of dp chunks are all-gathered before a
+   * pass uses them and their gradient chunks reduce-scattered. Needs
+   * device_bytes, tp = pp = 1 and no optimizer offload. chunk_bytes: the
+   * chunks' size, 0: PatrickStar's search (the size in [largest tensor,
+   * 4 x it] that wastes least). */
   int offload_chunks;
   double chunk_bytes;
 } par_engine_options_t;
@@ -282,6 +287,7 @@ typedef struct {
   uint64_t offload_moved_tier[3][3]; /* of them, from tier [a] (0 device, 1 host, 2 NVMe) to [b] */
   size_t offload_device_bytes; /* the chunk policy: bytes of chunks on the device now */
   size_t chunk_bytes, chunks;  /* and its chunks' size and count */
+  int chunk_groups;      /* with ZeRO stage 3: groups of ranks parameter chunks, gathered as wholes */
   size_t device_peak;    /* the most bytes the device held: the accountant's, and the
                             chunk policy's chunks there at the same moment */
   uint64_t last_moved, last_optimal; /* the chunk policy's last step: bytes moved between

@@ -12,9 +12,16 @@
  *             working copy into the 16-bit gradient tensor, which with one
  *             microbatch per step is the parameters' own place (their
  *             values live on in the fp32 masters);
- *   dp > 1    a gradient chunk is allreduced whole, in the layout's dtype,
- *             as soon as backward has finished every region in it, its
- *             tensors pinned until the reduction completes;
+ *   dp > 1    ZeRO stage 0: a gradient chunk is allreduced whole, in the
+ *             layout's dtype, as soon as backward has finished every
+ *             region in it, its tensors pinned until the reduction
+ *             completes; ZeRO stage 3 (PatrickStar's distributed
+ *             training): parameter chunk c is rank c % dp's, which alone
+ *             keeps it and its regions' optimizer state; a pass first
+ *             all-gathers the group of dp chunks it needs (the others'
+ *             chunks given back when the pass is done with the group),
+ *             and backward reduce-scatters a group's gradient chunks once
+ *             it has finished them, each rank keeping its own chunk's;
  *   update    region by region on the host (the CPU optimizer): the masters,
  *             m and v, the gradients (mixed: widened into one fp32 tensor of
  *             the host tier) and the 16-bit parameters written in the same
@@ -59,6 +66,10 @@ int off_put(par_engine_t *e, int id, offload_state_t st) {
 }
 
 static int *ids(par_engine_t *e, int r) { return e->off_ids + OFF_ARRAYS * r; }
+
+int chunks_owned(const par_engine_t *e, int r) {
+  return !e->sharded || (e->pchunk[r] >= 0 && e->pchunk[r] % e->size == e->rank);
+}
 /* The tensor that receives region r's gradients. */
 static int grad_id(par_engine_t *e, int r) { return e->reuse ? ids(e, r)[OFF_PARAMS] : ids(e, r)[OFF_GRADS]; }
 
@@ -89,7 +100,8 @@ int chunks_create(par_engine_t *e) {
   /* the tensors in the order they are packed, each kind after a break (0) */
   size_t *sizes = calloc(OFF_ARRAYS * (size_t)(n + 1) + 1, sizeof *sizes);
   if (!sizes || !(e->off_ids = malloc(OFF_ARRAYS * (size_t)n * sizeof *e->off_ids)) ||
-      !(e->res = calloc(OFF_ARRAYS * (size_t)n, sizeof *e->res)) || !(e->gchunk = malloc((size_t)n * sizeof(int)))) {
+      !(e->res = calloc(OFF_ARRAYS * (size_t)n, sizeof *e->res)) || !(e->gchunk = malloc((size_t)n * sizeof(int))) ||
+      !(e->pchunk = malloc((size_t)n * sizeof(int)))) {
     free(sizes);
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the chunk policy's tables");
   }
@@ -134,15 +146,23 @@ int chunks_create(par_engine_t *e) {
   if ((rc = offload_create(&e->off, &oc, err, sizeof err)))
     return engine_fail(e, 1, rc, "offload (device_mb %.1f, chunk %zu bytes): %s", e->opts.device_bytes / 1048576.0,
                        cb, err);
-  e->chunks = 1, e->chunk_size = cb;
+  e->chunks = 1, e->chunk_size = cb, e->sharded = e->zero == 3 && e->size > 1;
   for (int r = 0; r < n * OFF_ARRAYS; r++) e->off_ids[r] = -1;
+  for (int r = 0; r < n; r++) e->pchunk[r] = -1;
   for (int k = 0; k < OFF_ARRAYS; k++) {
     int kind = order[k];
     if ((bits[k] && !(arrays & bits[k])) || (kind == OFF_GRADS && e->reuse)) continue;
-    for (int r = 0; r < n && !rc; r++)
-      if (e->regions[r].n)
+    for (int r = 0; r < n && !rc; r++) /* (the optimizer's arrays: the regions this rank keeps) */
+      if (e->regions[r].n && (kind == OFF_PARAMS || kind == OFF_GRADS || chunks_owned(e, r)))
         rc = offload_tensor_add(e->off, e->regions[r].n * (kind == OFF_PARAMS || kind == OFF_GRADS ? wsz : 4),
                                 &ids(e, r)[kind]);
+    if (!rc && kind == OFF_PARAMS) { /* the parameter chunks: who keeps which */
+      for (int r = 0; r < n; r++)
+        if (e->regions[r].n) offload_tensor_place(e->off, ids(e, r)[OFF_PARAMS], &e->pchunk[r], NULL);
+      offload_stats_t ps;
+      offload_stats(e->off, &ps);
+      e->nparams_chunks = ps.chunks;
+    }
     if (!rc) rc = offload_chunk_break(e->off);
   }
   if (!rc && e->mixed) rc = offload_tensor_add(e->off, max_n * sizeof(float), &e->g32_id);
@@ -156,6 +176,15 @@ int chunks_create(par_engine_t *e) {
   for (int r = 0; r < n; r++) {
     e->gchunk[r] = -1;
     if (e->regions[r].n) offload_tensor_place(e->off, grad_id(e, r), &e->gchunk[r], NULL);
+    /* (the gradient chunks are packed as the parameter chunks are: same sizes, same order) */
+    if (e->regions[r].n) e->gshift = e->gchunk[r] - e->pchunk[r];
+  }
+  if (e->sharded) {
+    e->ngroups = (e->nparams_chunks + e->size - 1) / e->size;
+    if (!(e->gathered = calloc((size_t)e->ngroups, sizeof(int))) ||
+        !(e->group_left = calloc((size_t)e->ngroups, sizeof(int))) ||
+        !(e->group_grads = calloc((size_t)e->ngroups, sizeof(int))))
+      return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the chunk groups");
   }
   return STRATA_OK;
 }
@@ -163,8 +192,97 @@ int chunks_create(par_engine_t *e) {
 void chunks_destroy(par_engine_t *e) {
   if (!e->chunks) return;
   for (int c = 0; c < e->nchunks && e->chunk_req; c++) comm_wait(&e->chunk_req[c]);
-  free(e->gchunk), free(e->chunk_left), free(e->chunk_req);
-  e->gchunk = e->chunk_left = NULL, e->chunk_req = NULL, e->chunks = 0;
+  free(e->gchunk), free(e->chunk_left), free(e->chunk_req), free(e->pchunk);
+  free(e->gathered), free(e->group_left), free(e->group_grads);
+  e->gchunk = e->chunk_left = e->pchunk = e->gathered = e->group_left = e->group_grads = NULL;
+  e->chunk_req = NULL, e->chunks = 0;
+}
+
+/* ------------------------------------------------------------ sharded groups */
+
+static int group_of(const par_engine_t *e, int r) { return e->pchunk[r] / e->size; }
+
+/* The tensor of region r in the chunk list `grads` (0: parameters, 1: where gradients land). */
+static int list_id(par_engine_t *e, int r, int grads) { return grads ? grad_id(e, r) : ids(e, r)[OFF_PARAMS]; }
+
+/* Chunk c of a list (as parameter chunk c's index) into dst (out) or from
+ * src (in), tensor by tensor at their offsets; afterwards each tensor is
+ * released to st (nothing else in the chunk's bytes is read or written). */
+static int chunk_copy(par_engine_t *e, int c, int grads, char *buf, int out, offload_state_t st) {
+  size_t wsz = tensor_dtype_size(e->wdt);
+  for (int r = 0; r < e->nregions; r++) {
+    if (e->pchunk[r] != c) continue;
+    int id = list_id(e, r, grads), rc;
+    void *p;
+    size_t off;
+    if ((rc = off_get(e, id, OFFLOAD_DEVICE, &p, grads ? "gradients to reduce" : "parameters to gather"))) return rc;
+    offload_tensor_place(e->off, id, NULL, &off);
+    if (out) memcpy(buf + off, p, e->regions[r].n * wsz);
+    else memcpy(p, buf + off, e->regions[r].n * wsz);
+    if ((rc = off_put(e, id, st))) return rc;
+  }
+  return STRATA_OK;
+}
+
+/* Brings group g's other chunks: one all-gather of the group's dp chunks. */
+static int gather(par_engine_t *e, int g, int backward) {
+  int dp = e->size, own = g * dp + e->rank, rc;
+  size_t cb = e->chunk_size;
+  offload_state_t hold = backward ? OFFLOAD_HOLD_AFTER_BWD : OFFLOAD_HOLD_AFTER_FWD;
+  tensor_t s = {0};
+  if ((rc = reserve(e, dp * cb)) || (rc = state_take(e, &s, TENSOR_F32, dp * cb / 4, "the chunk group's gather")))
+    return rc;
+  char *buf = s.data;
+  if (own < e->nparams_chunks && (rc = chunk_copy(e, own, 0, buf + e->rank * cb, 1, hold))) goto done;
+  note_peak(e);
+  if ((rc = comm_allgather(e->comm, buf, buf + e->rank * cb, cb, COMM_U8))) {
+    rc = engine_fail(e, 0, rc, "%s", comm_last_error(e->comm));
+    goto done;
+  }
+  for (int j = 0; j < dp && !rc; j++)
+    if (j != e->rank && g * dp + j < e->nparams_chunks) rc = chunk_copy(e, g * dp + j, 0, buf + j * cb, 0, hold);
+  e->gathered[g] = 1, e->group_left[g] = 0;
+  for (int r = 0; r < e->nregions; r++) e->group_left[g] += e->regions[r].n && group_of(e, r) == g;
+done:
+  state_give_back(e, &s);
+  return rc;
+}
+
+/* Group g's gradient chunks reduce-scattered: this rank's chunk receives
+ * the mean, the others' are given back. */
+static int reduce_group(par_engine_t *e, int g) {
+  int dp = e->size, own = g * dp + e->rank, rc;
+  size_t cb = e->chunk_size;
+  tensor_t s = {0}, d = {0};
+  if ((rc = reserve(e, (dp + 1) * cb)) ||
+      (rc = state_take(e, &s, TENSOR_F32, dp * cb / 4, "the chunk group's gradients")) ||
+      (rc = state_take(e, &d, TENSOR_F32, cb / 4, "this rank's reduced gradient chunk")))
+    goto done;
+  char *buf = s.data;
+  for (int j = 0; j < dp && !rc; j++)
+    if (g * dp + j < e->nparams_chunks) rc = chunk_copy(e, g * dp + j, 1, buf + j * cb, 1, OFFLOAD_HOLD_AFTER_BWD);
+  note_peak(e);
+  if (rc) goto done;
+  if (e->t_first_post == 0) e->t_first_post = engine_now();
+  if ((rc = comm_reduce_scatter(e->comm, d.data, buf, cb / tensor_dtype_size(e->wdt), e->cdt, COMM_AVG))) {
+    rc = engine_fail(e, 0, rc, "%s", comm_last_error(e->comm));
+    goto done;
+  }
+  if (own < e->nparams_chunks && (rc = chunk_copy(e, own, 1, d.data, 0, OFFLOAD_HOLD_AFTER_BWD))) goto done;
+  for (int r = 0; r < e->nregions && !rc; r++) /* the others' gradients are theirs now */
+    if (e->regions[r].n && group_of(e, r) == g && !chunks_owned(e, r)) rc = off_put(e, grad_id(e, r), OFFLOAD_FREE);
+done:
+  state_give_back(e, &s), state_give_back(e, &d);
+  return rc;
+}
+
+/* The others' parameter chunks of group g given back (the pass is done with them). */
+static int release_group(par_engine_t *e, int g) {
+  int rc = STRATA_OK;
+  for (int r = 0; r < e->nregions && !rc; r++)
+    if (e->regions[r].n && group_of(e, r) == g && !chunks_owned(e, r)) rc = off_put(e, ids(e, r)[OFF_PARAMS], OFFLOAD_FREE);
+  e->gathered[g] = 0;
+  return rc;
 }
 
 /* ------------------------------------------------------------ passes */
@@ -175,6 +293,7 @@ int chunks_need(par_engine_t *e, int r, int backward) {
   offload_state_t hold = backward ? OFFLOAD_HOLD_AFTER_BWD : OFFLOAD_HOLD_AFTER_FWD;
   void *p = NULL, *gp = NULL;
   size_t extra = e->mixed ? (g->wp.data ? 0 : g->n * 4) + (backward && !g->wg.data ? g->n * 4 : 0) : 0;
+  if (e->sharded && !e->gathered[group_of(e, r)] && (rc = gather(e, group_of(e, r), backward))) return rc;
   if ((rc = reserve(e, extra)) || (rc = off_get(e, id[OFF_PARAMS], OFFLOAD_DEVICE, &p, "parameters"))) return rc;
   float *params = p, *grads = NULL;
   if (e->mixed) { /* the fp32 working copy; the 16-bit chunk may move again */
@@ -228,8 +347,10 @@ int chunks_grads(par_engine_t *e, int r) {
     rc = e->microbatch == 0 ? state_convert(e, &lg, 0, &g->wg, 0, g->n) : state_accumulate(e, &lg, 0, &g->wg, 0, g->n);
     if (rc) return rc;
   }
+  if (e->mixed && (rc = off_put(e, gid, OFFLOAD_HOLD_AFTER_BWD))) return rc;
+  if (e->sharded) return --e->group_grads[group_of(e, r)] == 0 ? reduce_group(e, group_of(e, r)) : STRATA_OK;
   if (e->size > 1 && e->reducing && --e->chunk_left[e->gchunk[r]] == 0) return post_chunk(e, e->gchunk[r]);
-  return e->mixed ? off_put(e, gid, OFFLOAD_HOLD_AFTER_BWD) : STRATA_OK;
+  return STRATA_OK;
 }
 
 int chunks_done(par_engine_t *e, int r, int backward) {
@@ -242,6 +363,8 @@ int chunks_done(par_engine_t *e, int r, int backward) {
     if (!rc && backward && !e->chunk_req[e->gchunk[r]]) rc = off_put(e, ids(e, r)[OFF_GRADS], OFFLOAD_HOLD_AFTER_BWD);
   }
   par_gpt_bind(e->model, r, NULL, NULL);
+  if (!rc && e->sharded && e->gathered[group_of(e, r)] && --e->group_left[group_of(e, r)] == 0)
+    rc = release_group(e, group_of(e, r));
   return rc;
 }
 
@@ -274,6 +397,9 @@ int chunks_begin_step(par_engine_t *e) {
   for (int c = 0; c < e->nchunks; c++) e->chunk_left[c] = 0;
   for (int r = 0; r < e->nregions; r++)
     if (e->gchunk[r] >= 0) e->chunk_left[e->gchunk[r]]++;
+  for (int g = 0; g < e->ngroups; g++) e->group_grads[g] = 0;
+  for (int r = 0; r < e->nregions && e->sharded; r++)
+    if (e->regions[r].n) e->group_grads[group_of(e, r)]++;
   e->updated = 0, e->grads_live = 0;
   return free_grads(e);
 }
@@ -283,6 +409,10 @@ int chunks_end_step(par_engine_t *e) {
   for (int r = 0; r < e->nregions; r++) { /* what a failed pass left in use */
     int w = off_put(e, ids(e, r)[OFF_PARAMS], OFFLOAD_HOLD);
     if (!w) w = off_put(e, grad_id(e, r), OFFLOAD_HOLD);
+    if (w && !rc) rc = w;
+  }
+  for (int g = 0; g < e->ngroups; g++) { /* (a failed pass may have left a group here) */
+    int w = release_group(e, g);
     if (w && !rc) rc = w;
   }
   e->grads_live = 0;
@@ -301,6 +431,7 @@ int chunks_resident(par_engine_t *e, int r, int on) {
   int rc, *id = ids(e, r), gid = grad_id(e, r);
   float **res = e->res + OFF_ARRAYS * r;
   void *p = NULL, *gp = NULL;
+  if (!chunks_owned(e, r)) return STRATA_OK; /* (another rank keeps it) */
   if (!on) {
     res[OFF_PARAMS] = res[OFF_GRADS] = NULL, e->g32_res = NULL;
     if ((rc = off_put(e, id[OFF_PARAMS], OFFLOAD_HOLD)) || (gid != id[OFF_PARAMS] && (rc = off_put(e, gid, OFFLOAD_HOLD))))
@@ -324,4 +455,23 @@ int chunks_resident(par_engine_t *e, int r, int on) {
     if ((rc = state_convert(e, &d, 0, &s, 0, e->regions[r].n))) return rc;
   }
   return STRATA_OK;
+}
+
+/* ------------------------------------------------------------ whole parameters */
+
+int chunks_get_params(par_engine_t *e, float *out) {
+  int rc = STRATA_OK;
+  for (int r = 0; r < e->nregions && !rc; r++) {
+    region_t *g = &e->regions[r];
+    if (!g->n) continue;
+    if (chunks_owned(e, r)) { /* the fp32 values: the masters, or the parameters */
+      if ((rc = state_resident(e, r, 1))) break;
+      const float *src = e->mixed ? e->res[OFF_ARRAYS * r + OFF_MASTER] : e->res[OFF_ARRAYS * r + OFF_PARAMS];
+      memcpy(out + g->off, src, g->n * sizeof(float));
+      if ((rc = state_resident(e, r, 0))) break;
+    }
+    if (e->sharded && (rc = comm_broadcast(e->comm, out + g->off, g->n, COMM_F32, e->pchunk[r] % e->size)))
+      rc = engine_fail(e, 0, rc, "%s", comm_last_error(e->comm));
+  }
+  return rc;
 }

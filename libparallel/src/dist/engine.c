@@ -107,7 +107,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
                        "layout: this engine offloads the optimizer state (to the host or to NVMe); parameter and "
                        "gradient offload are not in it yet");
   if (e->opts.offload_chunks) {
-    const char *why2 = lay->zero_stage != 0 ? "ZeRO stage 0 (its chunks are whole on every rank)"
+    int accum = lay->global_batch / (lay->dp * lay->microbatch);
+    const char *why2 = lay->zero_stage != 0 && lay->zero_stage != 3
+                           ? "ZeRO stage 0 (every rank keeps every chunk) or 3 (each keeps its share)"
+                       : lay->zero_stage == 3 && accum != 1 ? "one microbatch per step with ZeRO stage 3"
                        : lay->tp != 1 || lay->pp != 1 ? "tp = pp = 1"
                        : lay->offload_optimizer != PAR_TIER_DEVICE ? "no optimizer offload besides it"
                        : !(e->opts.device_bytes > 0) ? "a device budget (offload.device_mb)" : NULL;
@@ -302,7 +305,7 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
     offload_stats_t os;
     offload_stats(e->off, &os);
     out->chunks = (size_t)os.chunks;
-    out->chunk_bytes = e->chunk_size, out->stalls = e->stalls;
+    out->chunk_bytes = e->chunk_size, out->stalls = e->stalls, out->chunk_groups = e->ngroups;
     offload_last_iteration(e->off, &out->last_moved, &out->last_optimal);
   }
   size_t peak = 0;
@@ -324,6 +327,7 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
 int par_engine_get_params(par_engine_t *e, float *out) {
   int rc = STRATA_OK;
   if (!e || !out) return STRATA_EINVAL;
+  if (e->chunks) return chunks_get_params(e, out);
   tensor_t buf = {0};
   const par_gpt_view_t *last = par_gpt_view(e->model, par_gpt_num_views(e->model) - 1);
   size_t total = last->offset + last->numel; /* this rank's tensor slice of every view */
@@ -331,15 +335,11 @@ int par_engine_get_params(par_engine_t *e, float *out) {
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
     if (!g->n || (r == 0 && e->pp > 1 && e->stage != 0)) continue; /* another stage's; the tied embedding's copy */
-    if ((e->mixed || e->chunks) && (rc = state_resident(e, r, 1))) break;
-    /* ZeRO-Infinity: the region's masters; the chunk policy: its masters or fp32 parameters */
-    float *res0 = (e->nvme || e->chunks) && e->mixed ? e->res[OFF_ARRAYS * r]
-                  : e->chunks                       ? e->res[OFF_ARRAYS * r + OFF_PARAMS]
-                                                    : NULL;
+    if (e->mixed && (rc = state_resident(e, r, 1))) break;
+    float *res0 = e->nvme && e->mixed ? e->res[OFF_ARRAYS * r] : NULL; /* ZeRO-Infinity: the region's masters */
     /* the fp32 values: the parameters, or under mixed precision the masters */
-    const float *src = res0 && e->zero == 0 ? res0
-                       : e->mixed ? (e->zero == 0 ? (const float *)e->master.data + g->foff : NULL)
-                                  : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
+    const float *src = e->mixed ? (e->zero == 0 ? (res0 ? res0 : (const float *)e->master.data + g->foff) : NULL)
+                                : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
     if (!src) { /* sharded: gathered */
       int64_t n = (int64_t)((size_t)e->size * g->shard);
       const float *part = res0 ? res0 : (const float *)(e->mixed ? e->master.data : e->shard_p.data) + g->soff;
@@ -353,7 +353,7 @@ int par_engine_get_params(par_engine_t *e, float *out) {
     tensor_t sv = tensor_view1((float *)src, TENSOR_F32, e->device, (int64_t)g->n);
     if (!rc && (rc = tensor_copy(e->tc, &d, &sv))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
     if (buf.data) tensor_free(e->tc, &buf);
-    if ((e->mixed || e->chunks) && !rc) rc = state_resident(e, r, 0);
+    if (e->mixed && !rc) rc = state_resident(e, r, 0);
   }
   if (!rc && e->pp > 1 && (rc = comm_allreduce(e->ppc, out, out, total, COMM_F32, COMM_SUM)))
     engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));

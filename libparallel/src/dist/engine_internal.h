@@ -117,6 +117,19 @@ struct par_engine {
   float *g32_res;        /* while resident */
   size_t dev_peak;       /* the accountant's bytes and the chunks on the device, at most */
   long stalls;           /* accesses that waited for reductions to unpin the device's chunks */
+  /* With ZeRO stage 3 the chunks are sharded over the data-parallel ranks
+   * (PatrickStar's distributed training): parameter chunk c belongs to rank
+   * c % dp, which alone keeps it and its regions' optimizer state between
+   * uses; groups of dp consecutive chunks are all-gathered before a pass
+   * uses them and their gradient chunks reduce-scattered once backward has
+   * finished them. */
+  int sharded;
+  int *pchunk;           /* per region: the chunk of its parameters */
+  int nparams_chunks, gshift; /* parameter chunks; gradient chunk of parameter chunk c: c + gshift */
+  int ngroups;
+  int *gathered;         /* per group: its other ranks' chunks are here for this pass */
+  int *group_left;       /* per group: regions whose DONE this pass has yet to see */
+  int *group_grads;      /* per group: regions whose gradients backward has yet to finish */
   /* Mixed precision (layout.precision bf16 or fp16): the parameters and
    * gradients above, and the pass's buffers, hold 16-bit values; the model
    * computes in fp32 on working copies of one region at a time; the
@@ -262,6 +275,10 @@ int chunks_end_step(par_engine_t *e);
 /* state_resident's part: region r's parameters, gradients (and their fp32
  * copy while grads_live, mixed) to the host, or back. */
 int chunks_resident(par_engine_t *e, int r, int on);
+/* Whether this rank keeps region r (and updates it): every region unless sharded. */
+int chunks_owned(const par_engine_t *e, int r);
+/* par_engine_get_params under the policy. */
+int chunks_get_params(par_engine_t *e, float *out);
 /* Accesses and releases of liboffload tensors, failures named. */
 int off_get(par_engine_t *e, int id, offload_tier_t tier, void **p, const char *what);
 int off_put(par_engine_t *e, int id, offload_state_t st);

@@ -484,6 +484,7 @@ int state_pieces(par_engine_t *e) {
   for (int r = 0; r < e->nregions; r++) {
     region_t *g = &e->regions[r];
     size_t lo = sharded ? (size_t)e->rank * g->shard : 0, hi = sharded ? lo + g->shard : g->n;
+    if (e->chunks) lo = 0, hi = chunks_owned(e, r) ? g->n : 0; /* whole regions, the rank's own */
     for (int i = g->first_view; i < g->first_view + g->nviews; i++) {
       const par_gpt_view_t *v = par_gpt_view(e->model, i);
       size_t va = v->offset - g->off, vb = va + v->numel; /* region-relative */
@@ -559,7 +560,7 @@ int state_sync_lowp(par_engine_t *e) {
   if (!e->mixed) return STRATA_OK;
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
-    if ((e->nvme || e->chunks) && !g->n) continue;
+    if ((e->nvme || e->chunks) && (!g->n || (e->chunks && !chunks_owned(e, r)))) continue;
     if ((rc = state_resident(e, r, 1))) break;
     int in_off = e->nvme || e->chunks; /* the masters: the region's tensor of liboffload */
     tensor_t mr = in_off ? tensor_view1(e->res[OFF_ARRAYS * r], TENSOR_F32, e->device, 1) : e->master;
@@ -626,7 +627,10 @@ static float *init_range(par_engine_t *e, region_t *g, size_t *a, size_t *b) {
   *b = sharded ? *a + g->shard : g->n;
   if (*b > g->n) *b = g->n;
   float **res = e->res ? e->res + OFF_ARRAYS * (int)(g - e->regions) : NULL;
-  if (e->chunks) return e->mixed ? res[OFF_MASTER] : res[OFF_PARAMS]; /* (ZeRO-0) the region's, resident */
+  if (e->chunks) { /* the whole region, resident, on the rank that keeps it */
+    *a = 0, *b = chunks_owned(e, (int)(g - e->regions)) ? g->n : 0;
+    return e->mixed ? res[OFF_MASTER] : res[OFF_PARAMS];
+  }
   if (e->nvme && e->mixed) return res[OFF_MASTER]; /* the region's masters, resident */
   tensor_t *t = e->mixed ? &e->master : e->zero == 3 ? &e->shard_p : &e->full_p;
   return sharded ? F(t) + g->soff : F(t) + g->foff;
