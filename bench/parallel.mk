@@ -7,3 +7,6 @@ $(eval $(call strata_program,bench_parallel_tp,bench/parallel_tp.c,parallel))
 BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_tp
 $(eval $(call strata_program,bench_parallel_pp,bench/parallel_pp.c,parallel))
 BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_pp
+# Ring self-attention: activation memory per rank at sp = 4 against the serial attention.
+$(eval $(call strata_program,bench_parallel_ring,bench/parallel_ring.c,parallel))
+BENCH_PROGRAMS += 4:$$BUILD/bin/bench_parallel_ring

@@ -236,6 +236,7 @@ static int l_train(lua_State *L) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = (int)cfg_int(L, "parallel", "dp");
   lay.tp = (int)cfg_int(L, "parallel", "tp");
+  lay.sp = (int)cfg_int(L, "parallel", "sp");
   lay.seq_parallel = cfg_bool(L, "parallel", "seq_parallel");
   lay.pp = (int)cfg_int(L, "parallel", "pp");
   const char *sched = cfg_str(L, "parallel", "schedule");

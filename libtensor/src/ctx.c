@@ -66,6 +66,12 @@ float *tensor_scratch(tensor_ctx_t *ctx, int slot, size_t bytes) {
   return ctx->scratch[slot];
 }
 
+size_t tensor_scratch_bytes(const tensor_ctx_t *ctx) {
+  size_t n = 0;
+  for (int i = 0; ctx && i < TENSOR_SCRATCH_SLOTS; i++) n += ctx->scratch_bytes[i];
+  return n;
+}
+
 void tensor_ctx_destroy(tensor_ctx_t *ctx) {
   if (!ctx) return;
   for (int i = 0; i < TENSOR_SCRATCH_SLOTS; i++) free(ctx->scratch[i]);

@@ -6,3 +6,5 @@ TEST_SUITES += sh:tests/gpt/example_train.sh
 # Megatron tensor parallelism in the model against the serial model.
 $(eval $(call strata_program,tp_equiv,tests/gpt/tp_equiv.c,parallel))
 TEST_SUITES += mpi:tests/gpt/mpi.list
+# Ring self-attention over the sequence-split group against the serial attention.
+$(eval $(call strata_program,ring_equiv,tests/gpt/ring_equiv.c,parallel))

@@ -158,6 +158,12 @@ grep -qE "^step 6/6 .*\| offload dev>host [0-9.]+ host>dev [0-9.]+ MB/step" "$wo
   >"$work/off7.log" 2>&1 || fail "sharded chunk run: $(tail -3 "$work/off7.log")"
 "$S" run tests/lua/same_losses.lua a="$work/off7a/metrics.h5" b="$work/off7/metrics.h5" >"$work/offs7.log" 2>&1 \
   || fail "sharded chunks changed the losses: $(tail -2 "$work/offs7.log")"
+# Ring self-attention from the command line: 2 ranks share each sequence; the run's layout says so and
+# it ends with a validation loss (tests/train/sp_engine.c checks it against the serial run)
+"$S" run -n 2 $R "${small[@]}" train.steps=6 parallel.sp=2 run_dir="$work/sp" >"$work/sp.log" 2>&1 \
+  || fail "sp run: $(tail -3 "$work/sp.log")"
+grep -qa "pp=1 sp=2 zero=0" "$work/sp/metrics.h5" || fail "sp run: no such layout attribute"
+grep -q "validation loss [0-9.]* nats/token" "$work/sp.log" || fail "sp validation: $(tail -3 "$work/sp.log")"
 # a device too small is a clear error naming the budget, and a chunk policy without one is refused by the schema
 "$S" run $R "${small[@]}" train.steps=6 offload.policy=chunks offload.device_mb=0.25 run_dir="$work/off4" >"$work/off4.log" 2>&1 \
   && fail "a 256 KiB device trained"

@@ -347,6 +347,83 @@ static void check_attention(int B, int T, int NH, int hs) {
   drop(&Q), drop(&O), drop(&R), drop(&L), drop(&dQ);
 }
 
+/* Attention by blocks of keys (ring attention's): the sequence cut in nb
+ * blocks of Tb, every query block against the key blocks in reverse order
+ * (so that the online softmax rescales), gives the full causal attention's
+ * output, log-sum-exp and gradients (tensor_attention_forward / _backward,
+ * checked above against the formula and finite differences). Same
+ * tolerances: both are f32 sums of O(1) terms in different orders. */
+static void check_attention_blocks(int B, int nb, int Tb, int NH, int hs) {
+  int T = nb * Tb, C = NH * hs;
+  int64_t sq[3] = {B, T, 3 * C}, so[3] = {B, T, C}, sl[3] = {B, NH, T}, sb[3] = {B, Tb, C}, sr[3] = {B, NH, Tb};
+  arg_t Q = mk(3, sq, 81, 1.5f), O = mk(3, so, 82, 1.f), R = mk(3, so, 83, 1.f), L = mk(3, sl, 84, 1.f);
+  tensor_t dQ;
+  cr_assert_eq(tensor_alloc(ctx, &dQ, TENSOR_F32, TENSOR_CPU, 3, sq), 0);
+  cr_assert_eq(tensor_attention_forward(ctx, &O.t, &L.t, &Q.t, NH), 0);
+  cr_assert_eq(tensor_attention_backward(ctx, &dQ, &R.t, &Q.t, &O.t, &L.t, NH), 0);
+  /* per block: q, k, v, dout unpacked; acc, m, l, out, lse, d; dq, dk, dv */
+  tensor_t q[8], k[8], v[8], go[8], acc[8], m[8], l[8], lse[8], d[8], dq[8], dk[8], dv[8];
+  for (int i = 0; i < nb; i++) {
+    tensor_t *bt[] = {&q[i], &k[i], &v[i], &go[i], &acc[i], &dq[i], &dk[i], &dv[i]}, *rt[] = {&m[i], &l[i], &lse[i], &d[i]};
+    for (int j = 0; j < 8; j++) cr_assert_eq(tensor_alloc(ctx, bt[j], TENSOR_F32, TENSOR_CPU, 3, sb), 0);
+    for (int j = 0; j < 4; j++) cr_assert_eq(tensor_alloc(ctx, rt[j], TENSOR_F32, TENSOR_CPU, 3, sr), 0);
+    tensor_fill(ctx, &m[i], -INFINITY);
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < Tb; t++) {
+        const float *row = (const float *)Q.t.data + ((size_t)b * T + i * Tb + t) * 3 * C;
+        size_t o = ((size_t)b * Tb + t) * C;
+        memcpy((float *)q[i].data + o, row, C * sizeof(float));
+        memcpy((float *)k[i].data + o, row + C, C * sizeof(float));
+        memcpy((float *)v[i].data + o, row + 2 * C, C * sizeof(float));
+        memcpy((float *)go[i].data + o, (const float *)R.t.data + ((size_t)b * T + i * Tb + t) * C, C * sizeof(float));
+      }
+  }
+  for (int i = 0; i < nb; i++) {
+    for (int j = nb - 1; j >= 0; j--) /* (blocks ahead of the queries add nothing) */
+      cr_assert_eq(tensor_attention_block_forward(ctx, &acc[i], &m[i], &l[i], &q[i], &k[j], &v[j], NH,
+                                                  (int64_t)i * Tb, (int64_t)j * Tb),
+                   0, "%s", tensor_last_error(ctx));
+    cr_assert_eq(tensor_attention_block_finish(ctx, &acc[i], &lse[i], &acc[i], &m[i], &l[i], NH), 0, "%s",
+                 tensor_last_error(ctx));
+    cr_assert_eq(tensor_attention_block_rowdot(ctx, &d[i], &go[i], &acc[i], NH), 0);
+  }
+  for (int i = 0; i < nb; i++)
+    for (int j = nb - 1; j >= 0; j--)
+      cr_assert_eq(tensor_attention_block_backward(ctx, &dq[i], &dk[j], &dv[j], &go[i], &q[i], &k[j], &v[j], &lse[i],
+                                                   &d[i], NH, (int64_t)i * Tb, (int64_t)j * Tb),
+                   0, "%s", tensor_last_error(ctx));
+  double worst = 0;
+  for (int i = 0; i < nb; i++)
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < Tb; t++) {
+        size_t o = ((size_t)b * Tb + t) * C, full = ((size_t)b * T + i * Tb + t);
+        const tensor_t *blk[4] = {&acc[i], &dq[i], &dk[i], &dv[i]};
+        const float *want[4] = {(const float *)O.t.data + full * C, (const float *)dQ.data + full * 3 * C,
+                                (const float *)dQ.data + full * 3 * C + C, (const float *)dQ.data + full * 3 * C + 2 * C};
+        for (int w = 0; w < 4; w++)
+          for (int c = 0; c < C; c++) {
+            double got = ((const float *)blk[w]->data)[o + c], ref = want[w][c], err = fabs(got - ref);
+            cr_expect(err <= ATOL + RTOL * fabs(ref), "block %d row %d: %s[%d] %g, full attention %g", i, t,
+                      (const char *[]){"out", "dq", "dk", "dv"}[w], c, got, ref);
+            if (err > worst) worst = err;
+          }
+        for (int h = 0; h < NH; h++) {
+          float got = ((const float *)lse[i].data)[((size_t)b * NH + h) * Tb + t];
+          float ref = ((const float *)L.t.data)[((size_t)b * NH + h) * T + i * Tb + t];
+          cr_expect(fabsf(got - ref) <= ATOL + RTOL * fabsf(ref), "lse block %d row %d: %g vs %g", i, t, got, ref);
+        }
+      }
+  for (int i = 0; i < nb; i++) {
+    tensor_t *all[] = {&q[i], &k[i], &v[i], &go[i], &acc[i], &m[i], &l[i], &lse[i], &d[i], &dq[i], &dk[i], &dv[i]};
+    for (int j = 0; j < 12; j++) tensor_free(ctx, all[j]);
+  }
+  tensor_free(ctx, &dQ);
+  drop(&Q), drop(&O), drop(&R), drop(&L);
+}
+
+Test(ops, attention_blocks) { check_attention_blocks(2, 3, 8, 2, 4); }
+Test(ops, attention_blocks_uneven_heads) { check_attention_blocks(1, 4, 5, 3, 2); } /* rows shorter than a vector */
+
 Test(ops, attention) { check_attention(2, 5, 2, 3); }
 Test(ops, attention_long_rows) { check_attention(1, 19, 2, 4); } /* rows past the 8-wide vector loop */
 Test(ops, attention_causal_blocks) { check_attention(1, 150, 1, 2); } /* 3 causal blocks, last partial */

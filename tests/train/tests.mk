@@ -8,3 +8,5 @@ $(eval $(call strata_program,mixed_precision,tests/train/mixed_precision.c,paral
 $(eval $(call strata_program,tp_engine,tests/train/tp_engine.c,parallel))
 $(eval $(call strata_program,pp_engine,tests/train/pp_engine.c,parallel))
 $(eval $(call strata_program,offload_engine,tests/train/offload_engine.c,parallel))
+# Sequence parallelism by ring self-attention against the serial run.
+$(eval $(call strata_program,sp_engine,tests/train/sp_engine.c,parallel))

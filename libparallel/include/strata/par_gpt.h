@@ -129,10 +129,20 @@ typedef struct {
    * over the tensor group (each rank keeps B T / t of its rows) and
    * all-gathered before the block is recomputed in backward. */
   int partition_activations;
+  /* Sequence parallelism by ring self-attention (Li et al., arXiv
+   * 2105.13120) over this group of sp ranks (borrowed; NULL: none): each
+   * rank runs the model on its Tl tokens of every sequence, at positions
+   * [rank Tl, (rank + 1) Tl) (the caller passes those tokens and targets,
+   * forward's T being Tl), and the attention over the whole sequence by
+   * par_ring_attention (strata/par_ring.h). The weights are replicated;
+   * their gradients, like data parallelism's, are the caller's to average
+   * over the group (each rank's loss is the mean over its tokens). Not with
+   * tp or pipeline stages in this version; collective over the group. */
+  struct comm *ring;
 } par_gpt_options_t;
 #define PAR_GPT_OPTIONS_DEFAULTS                                                                   \
   {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0, .stages = 1,     \
-   .stage = 0, .interleave = 1, .partition_activations = 0}
+   .stage = 0, .interleave = 1, .partition_activations = 0, .ring = NULL}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */

@@ -155,7 +155,9 @@ typedef struct {
    .offload_dir = NULL, .device_bytes = 0.0, .host_bytes = 0.0, .offload_chunks = 0, .chunk_bytes = 0.0}
 
 /* Creates the engine: validates the layout against the communicator
- * (par_layout_validate) and trains it: dp x tp x pp ranks (sp = 1) with
+ * (par_layout_validate) and trains it: dp x tp x pp ranks, or dp x sp
+ * with ring self-attention (sp consecutive ranks share their sequences'
+ * tokens, T / sp each; strata/par_ring.h), with
  * ZeRO stage layout.zero_stage 0..3 (0..1 with pp > 1), Megatron tensor
  * parallelism over tp consecutive ranks (with its sequence parallelism
  * when layout.seq_parallel), pipeline stages outermost (rank / (dp tp) is
@@ -251,7 +253,9 @@ STRATA_API par_gpt_t *par_engine_model(par_engine_t *e);
 /* The data-parallel communicator (borrowed): its counters are the step's traffic. */
 STRATA_API comm_t *par_engine_comm(par_engine_t *e);
 /* The communicator of one of the run's groups (borrowed; NULL when the
- * layout has none): "dp" (as par_engine_comm), "tp" (tensor parallelism),
+ * layout has none): "dp" (as par_engine_comm; with ring self-attention
+ * every rank: the weights' gradients are averaged over dp x sp), "sp" (ring
+ * self-attention's sequence group), "tp" (tensor parallelism),
  * "pp" (the pipeline's stages: activations and their gradients),
  * "embedding" (the first and last stages: the tied embedding's gradient
  * sum) or "run" (every rank, when there are several groups). Their

@@ -43,6 +43,7 @@ comm_t *par_engine_group(par_engine_t *e, const char *name) {
   if (!strcmp(name, "pp")) return e->ppc;
   if (!strcmp(name, "embedding")) return e->embc;
   if (!strcmp(name, "run")) return e->wc;
+  if (!strcmp(name, "sp")) return e->ringc;
   return NULL;
 }
 
@@ -99,9 +100,12 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   MPI_Comm_rank(world, &e->wrank), MPI_Comm_size(world, &e->wsize);
   if (par_layout_validate(mc, lay, e->wsize, why, sizeof why) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
-  if (lay->sp != 1)
+  if (lay->sp > 1 && (lay->tp > 1 || lay->pp > 1 || e->opts.offload_chunks))
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout sp %d: this engine trains tensor, pipeline and data parallel with ZeRO (sp = 1)", lay->sp);
+                       "layout sp %d: ring self-attention trains with data parallelism and ZeRO, without tensor or "
+                       "pipeline parallelism or the chunk policy (tp %d, pp %d) in this version",
+                       lay->sp, lay->tp, lay->pp);
+  e->sp = lay->sp;
   if (lay->offload_params != PAR_TIER_DEVICE || lay->offload_gradients != PAR_TIER_DEVICE)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout: this engine offloads the optimizer state (to the host or to NVMe); parameter and "
@@ -129,7 +133,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
    * node), data-parallel groups across them, pipeline stages outermost. */
   comm_config_t cc = COMM_CONFIG_DEFAULTS;
   cc.timeout_s = e->opts.collective_timeout_s;
-  int tp = lay->tp, dp = lay->dp, crc = STRATA_OK;
+  int tp = lay->tp, dp = lay->dp * lay->sp, crc = STRATA_OK; /* (a sequence group's ranks reduce as data parallel ones) */
   int tpr = e->wrank % tp, dpr = e->wrank / tp % dp, ppr = e->wrank / (tp * dp);
   e->pp = lay->pp, e->stage = ppr;
   e->interleave = lay->schedule == PAR_SCHED_INTERLEAVED ? lay->interleave : 1;
@@ -146,6 +150,13 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   if (crc == STRATA_OK && e->pp > 1) crc = comm_from_mpi(&e->ppc, ppm, &cc);
   if (crc == STRATA_OK && e->pp > 1 && embm != MPI_COMM_NULL) crc = comm_from_mpi(&e->embc, embm, &cc);
   if (crc == STRATA_OK && split) crc = comm_from_mpi(&e->wc, world, &cc);
+  if (crc == STRATA_OK && lay->sp > 1) { /* ring self-attention: sp consecutive ranks share the sequences */
+    MPI_Comm ringm = MPI_COMM_NULL;
+    if (MPI_Comm_split(world, e->wrank / lay->sp, e->wrank % lay->sp, &ringm) != MPI_SUCCESS)
+      return engine_fail(e, 0, STRATA_EMPI, "cannot split the run's ranks into sequence groups");
+    crc = comm_from_mpi(&e->ringc, ringm, &cc);
+    MPI_Comm_free(&ringm);
+  }
   MPI_Comm *ms[] = {&dpm, &tpm, &ppm, &embm};
   for (int i = 0; i < 4; i++)
     if (*ms[i] != MPI_COMM_NULL) MPI_Comm_free(ms[i]);
@@ -190,9 +201,9 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     if (e->interleave > 1) snprintf(pipe + k, sizeof pipe - (size_t)k, " interleave=%d", e->interleave);
   }
   snprintf(e->layout_desc, sizeof e->layout_desc,
-           "dp=%d tp=%d%s%s pp=%d%s sp=1 zero=%d precision=%s%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           "dp=%d tp=%d%s%s pp=%d%s sp=%d zero=%d precision=%s%s ranks=%d threads=%d", lay->dp, e->tp_size,
            lay->seq_parallel ? " seq_parallel" : "", lay->partition_activations ? " partition_activations" : "", e->pp,
-           pipe, e->zero, precs[lay->precision],
+           pipe, e->sp, e->zero, precs[lay->precision],
            lay->offload_optimizer == PAR_TIER_CPU    ? " offload=optimizer"
            : lay->offload_optimizer == PAR_TIER_NVME ? " offload=optimizer-nvme"
                                                      : "",
@@ -218,6 +229,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   go.seq_parallel = lay->seq_parallel;
   go.stages = e->pp, go.stage = e->stage, go.interleave = e->interleave;
   go.partition_activations = lay->partition_activations;
+  go.ring = e->ringc;
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);
@@ -276,6 +288,7 @@ void par_engine_destroy(par_engine_t *e) {
   comm_destroy(e->ppc);
   comm_destroy(e->embc);
   comm_destroy(e->wc);
+  comm_destroy(e->ringc);
   free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg), free(e->ranges);
   free(e);
 }
@@ -390,6 +403,17 @@ int engine_agree(par_engine_t *e, int rc) {
   return engine_fail(e, 1, code, "[rank %d] %s", who[0], msg);
 }
 
+/* Ring self-attention: this rank's tokens [r Tl, (r + 1) Tl) of each of
+ * the B sequences of its group, moved to the front of e->in and e->tg. */
+static void slice_tokens(par_engine_t *e, int B) {
+  if (e->sp < 2) return;
+  size_t T = (size_t)e->seq, Tl = T / (size_t)e->sp, r = (size_t)(e->rank % e->sp);
+  for (size_t b = 0; b < (size_t)B; b++) {
+    memmove(e->in + b * Tl, e->in + b * T + r * Tl, Tl * sizeof *e->in);
+    memmove(e->tg + b * Tl, e->tg + b * T + r * Tl, Tl * sizeof *e->tg);
+  }
+}
+
 /* The step's local part: the sum over this rank's microbatches of the
  * gradient of each one's mean loss (all hold the same number of targets),
  * reduced over the ranks from the model's hooks. A local failure keeps
@@ -405,9 +429,10 @@ static int local_step(par_engine_t *e, par_data_t *data, double *loss_out) {
     e->microbatch = k;
     e->reducing = k == e->accum - 1;
     e->events = 0;
-    if (!failed && (rc = par_data_next(data, e->rank, e->size, B, e->in, e->tg)) != STRATA_OK)
+    if (!failed && (rc = par_data_next(data, e->rank / e->sp, e->size / e->sp, B, e->in, e->tg)) != STRATA_OK)
       failed = engine_fail(e, 0, rc, "data: %s", par_data_error(data));
-    if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
+    slice_tokens(e, B);
+    if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq / e->sp, &loss)) != STRATA_OK)
       failed = e->hook_rc ? rc : model_fail(e, rc, "forward");
     if (!failed && (rc = par_gpt_backward(e->model)) != STRATA_OK)
       failed = e->hook_rc ? rc : model_fail(e, rc, "backward");
@@ -680,18 +705,20 @@ int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *
   if (par_data_samples(data, PAR_SPLIT_VAL) == 0) return STRATA_OK;
   B = e->layout.microbatch;
   double sum = 0;
-  int rounds = (batches + e->size - 1) / e->size, failed = STRATA_OK;
+  /* (a sequence group shares its batches: ring self-attention splits their tokens) */
+  int dranks = e->size / e->sp, rounds = (batches + dranks - 1) / dranks, failed = STRATA_OK;
   e->hook_rc = STRATA_OK;
   for (int i = 0; i < rounds; i++) {
-    int k = i * e->size + e->rank, counted = k < batches;
+    int k = i * dranks + e->rank / e->sp, counted = k < batches;
     float loss;
     if (!counted && e->zero < 3) break;
     if (!failed && (rc = par_data_fill(data, PAR_SPLIT_VAL, (uint64_t)(k % batches) * (uint64_t)B, B, e->in,
                                        e->tg)) != STRATA_OK)
       failed = engine_fail(e, 0, rc, "validation data: %s", par_data_error(data));
+    slice_tokens(e, B);
     if (e->pp > 1) { /* a failed rank passes the messages on without computing */
       if ((rc = pipe_forward_only(e, failed ? NULL : e->in, e->tg, &loss, &failed)) != STRATA_OK) return rc;
-    } else if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq, &loss)) != STRATA_OK)
+    } else if (!failed && (rc = par_gpt_forward(e->model, e->in, e->tg, B, e->seq / e->sp, &loss)) != STRATA_OK)
       failed = e->hook_rc ? rc : model_fail(e, rc, "validation");
     if (e->hook_rc) return e->hook_rc;
     if (failed) { /* keep in step: the forward's gathers */
@@ -708,6 +735,6 @@ int par_engine_evaluate(par_engine_t *e, par_data_t *data, int batches, double *
     if ((rc = comm_allreduce(e->ppc, &sum, &sum, 1, COMM_F64, COMM_SUM)) != STRATA_OK)
       return engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));
   }
-  *out = sum / batches;
+  *out = sum / batches / e->sp; /* (each of a group's ranks the mean over its tokens) */
   return STRATA_OK;
 }

@@ -60,6 +60,8 @@ struct par_engine {
   int tp_rank, tp_size;
   MPI_Comm world;   /* every rank of the run (borrowed): checkpoints, the memory check */
   int wrank, wsize;
+  int sp;           /* ring self-attention's sequence group size (layout.sp; 1: none) */
+  comm_t *ringc;    /* that group: sp consecutive ranks sharing their sequences (NULL: sp = 1) */
   comm_t *wc;       /* every rank, when tp > 1: the step's control word, agreeing on failures
                        (ctl_comm: else the data-parallel group, which is every rank) */
   /* Pipeline parallelism (layout.pp > 1): this rank is stage `stage` of

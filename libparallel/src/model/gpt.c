@@ -157,6 +157,14 @@ int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n
   (void)recv, (void)send, (void)n;
   return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
+int gpt_ring_forward(par_gpt_t *m, gpt_acts_t *a) {
+  (void)m, (void)a;
+  return STRATA_EUNSUPPORTED;
+}
+int gpt_ring_backward(par_gpt_t *m, gpt_acts_t *a) {
+  (void)m, (void)a;
+  return STRATA_EUNSUPPORTED;
+}
 #endif
 
 int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {
@@ -249,6 +257,19 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   par_gpt_options_t od = PAR_GPT_OPTIONS_DEFAULTS;
   m->opts = opts ? *opts : od;
   m->tp = m->opts.tp, m->tp_rank = 0, m->tp_size = 1, m->sp = 0;
+  m->ring = m->opts.ring, m->ring_rank = 0, m->ring_size = 1;
+  if (m->ring) {
+    if ((rc = gpt_tp_query(m->ring, &m->ring_rank, &m->ring_size))) {
+      gpt_seterr(NULL, rc, "par_gpt_create: ring self-attention needs libcomm, which this build of the model lacks");
+      goto fail;
+    }
+    if (m->ring_size > 1 && (m->tp || m->opts.stages > 1 || m->opts.device >= 0)) {
+      rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED,
+                      "par_gpt_create: ring self-attention runs on the CPU without tensor parallelism or pipeline "
+                      "stages in this version");
+      goto fail;
+    }
+  }
   if (m->tp) {
     if ((rc = gpt_tp_query(m->tp, &m->tp_rank, &m->tp_size))) {
       gpt_seterr(NULL, rc, "par_gpt_create: tensor parallelism needs libcomm, which this build of the model lacks");

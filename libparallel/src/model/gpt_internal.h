@@ -59,6 +59,8 @@ struct par_gpt {
   struct comm *tp;      /* tensor-parallel group (opts.tp), or NULL */
   int tp_rank, tp_size; /* 0 and 1 without one */
   int sp;               /* sequence parallelism (opts.seq_parallel with tp_size > 1) */
+  struct comm *ring;    /* ring self-attention's sequence group (opts.ring), or NULL */
+  int ring_rank, ring_size; /* 0 and 1 without one */
   int part;             /* partitioned activation checkpoints (opts.partition_activations with
                            recompute, tp_size > 1 and no sp): x[l] of a held block is this rank's
                            B T / t rows; xa, xb the whole ones in use */
@@ -114,6 +116,11 @@ int gpt_tp_query(struct comm *tp, int *rank, int *size);
 int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n);
 /* recv (n floats) = the sum over the group of send's n-float block of this rank. */
 int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n);
+
+/* The block's attention by ring self-attention over m->ring (ring.c,
+ * through tp_comm.c; stubs in gpt.c under GPT_WITHOUT_COMM). */
+int gpt_ring_forward(par_gpt_t *m, gpt_acts_t *a);
+int gpt_ring_backward(par_gpt_t *m, gpt_acts_t *a);
 
 /* Sizes the activation buffers of the slot in use for (B, T). */
 int gpt_prepare(par_gpt_t *m, int B, int T);

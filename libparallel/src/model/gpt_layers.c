@@ -69,10 +69,26 @@ static int64_t vocab_lo(const par_gpt_t *m) { return (int64_t)m->tp_rank * (m->c
 /* Under tensor parallelism the embedding is vocabulary-parallel: each rank
  * looks up the tokens of its slice (and rank 0 adds the positions), and the
  * sum over the group is the embedding. */
+/* The position rows of this rank's tokens: all of them, or under ring
+ * self-attention those from ring_rank T on (its tokens' places in the
+ * sequence). */
+static int ring_rows(par_gpt_t *m, tensor_t *w, const tensor_t *full, int64_t T) {
+  *w = *full;
+  if (m->ring_size < 2) return STRATA_OK;
+  int64_t off = (int64_t)m->ring_rank * T, rows = full->shape[0], C = full->shape[1];
+  if ((int64_t)m->ring_size * T > rows)
+    return gpt_seterr(m, STRATA_ESHAPE, "ring self-attention: %d ranks x %lld tokens exceed the %lld positions",
+                      m->ring_size, (long long)T, (long long)rows);
+  *w = tensor_view2(full->data ? (float *)full->data + off * C : NULL, TENSOR_F32, full->device, rows - off, C);
+  return STRATA_OK;
+}
+
 int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids) {
   int rc = STRATA_OK;
   if (m->tp_size < 2) {
-    T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &m->wpe));
+    tensor_t wpe;
+    if ((rc = ring_rows(m, &wpe, &m->wpe, ids->shape[1]))) return rc;
+    T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &wpe));
     return rc;
   }
   tensor_t *sum = m->sp ? &m->dfull : out; /* sequence parallel: reduce-scattered to the chunk */
@@ -84,8 +100,11 @@ fail:
 
 int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids) {
   int rc = STRATA_OK;
-  if (m->tp_size < 2) T_(tensor_embedding_backward(m->tc, &m->dwte, &m->dwpe, dout, ids));
-  else if (!m->sp) T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, dout, ids, vocab_lo(m)));
+  if (m->tp_size < 2) {
+    tensor_t dwpe;
+    if ((rc = ring_rows(m, &dwpe, &m->dwpe, ids->shape[1]))) return rc;
+    T_(tensor_embedding_backward(m->tc, &m->dwte, &dwpe, dout, ids));
+  } else if (!m->sp) T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, dout, ids, vocab_lo(m)));
   else { /* the whole gradient on every rank: the positions' is then complete on each */
     if ((rc = sp_gather(m, &m->dfull, dout))) goto fail;
     T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, &m->dfull, ids, vocab_lo(m)));
@@ -209,7 +228,11 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
   if (m->sp) return sp_block_forward(m, l, a, x, y);
   T_(tensor_layernorm_forward(tc, &a->ln1, &a->ln1_mean, &a->ln1_rstd, x, &k->ln1.w, &k->ln1.b, GPT_LN_EPS));
   T_(tensor_linear_forward(tc, &a->qkv, &a->ln1, &k->qkv.w, &k->qkv.b));
-  T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
+  if (m->ring_size > 1) { /* the whole sequence's attention, the key blocks passed around the ring */
+    if ((rc = gpt_ring_forward(m, a))) goto fail;
+  } else {
+    T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
+  }
   if ((rc = row_parallel_forward(m, &m->tmp, &a->atty, &k->proj))) goto fail;
   T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
   T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
@@ -243,7 +266,11 @@ int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
   T_(tensor_zero(tc, &m->datty));
   T_(tensor_linear_backward(tc, &m->datty, &k->proj.dw, &k->proj.db, &m->dres, &a->atty, &k->proj.w));
   T_(tensor_zero(tc, &m->dqkv));
-  T_(tensor_attention_backward(tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads / m->tp_size));
+  if (m->ring_size > 1) {
+    if ((rc = gpt_ring_backward(m, a))) goto fail;
+  } else {
+    T_(tensor_attention_backward(tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads / m->tp_size));
+  }
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &k->qkv.dw, &k->qkv.db, &m->dqkv, &a->ln1, &k->qkv.w));
   if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail;

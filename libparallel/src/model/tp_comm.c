@@ -1,6 +1,8 @@
-/* The model's tensor-parallel communication over libcomm, apart from the
- * layers so that the GPU bundles can build the model without MPI. */
+/* The model's communication over libcomm (tensor parallelism, ring
+ * self-attention), apart from the layers so that the GPU bundles can build
+ * the model without MPI. */
 #include <strata/comm.h>
+#include <strata/par_ring.h>
 
 #include "gpt_internal.h"
 
@@ -23,4 +25,17 @@ int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n) {
 int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n) {
   int rc = comm_reduce_scatter(m->tp, recv, send, n, COMM_F32, COMM_SUM);
   return rc ? gpt_seterr(m, rc, "tensor parallelism: %s", comm_last_error(m->tp)) : STRATA_OK;
+}
+
+int gpt_ring_forward(par_gpt_t *m, gpt_acts_t *a) {
+  char err[512];
+  int rc = par_ring_attention_forward(m->ring, m->tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads, err, sizeof err);
+  return rc ? gpt_seterr(m, rc, "%s", err) : STRATA_OK;
+}
+
+int gpt_ring_backward(par_gpt_t *m, gpt_acts_t *a) {
+  char err[512];
+  int rc = par_ring_attention_backward(m->ring, m->tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads,
+                                       err, sizeof err);
+  return rc ? gpt_seterr(m, rc, "%s", err) : STRATA_OK;
 }

@@ -248,6 +248,9 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   double buf = 0.0;
   if (nd > 1 || l->offload_optimizer != PAR_TIER_DEVICE) buf += p->dp_bucket_bytes;
   if (l->zero_stage >= 3) buf += p->zero3_prefetch_layers * block * wb;
+  /* Ring self-attention's backward: its queries and their gradient, two
+   * blocks of k, v, dk and dv in flight, a row sum per query and head. */
+  if (l->sp > 1) buf += 10.0 * tok * h * e / l->tp + tok * m->heads * e / l->tp;
   out->mem[PAR_MEM_BUFFERS] = buf;
   out->mem[PAR_MEM_RESERVED] = p->device_reserved_bytes;
   for (int i = 0; i < PAR_MEM_COUNT; i++) out->total += out->mem[i];
@@ -346,15 +349,18 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
     tp_bytes = bytes;
   }
 
-  /* Sequence parallelism (ring self-attention, arXiv 2105.13120): keys and
-   * values circulate sp-1 steps forward, their gradients back. */
+  /* Sequence parallelism (ring self-attention, arXiv 2105.13120), per block
+   * and microbatch as strata's ring moves them (strata/par_ring.h): the
+   * forward passes k and v (2 chunks) sp-1 hops (again when the block is
+   * recomputed); the backward passes k and v sp-1 hops and each block's
+   * running dk and dv sp hops, the last one bringing them home. */
   double t_sp = 0.0, sp_bytes = 0.0;
   if (l->sp > 1) {
     double sp = l->sp;
     double chunk = b * (s / sp) * h * e / l->tp;
-    sp_bytes = ls * passes * 2.0 * (sp - 1) * chunk;
+    sp_bytes = ls * ((fwd + rc_) * 2.0 * (sp - 1) + (4.0 * sp - 2.0)) * chunk;
     plan_group_link(c, p, l->tp, l->sp, &lk);
-    t_sp = sp_bytes / lk.bw + ls * passes * 2.0 * (sp - 1) * lk.lat;
+    t_sp = sp_bytes / lk.bw + ls * ((fwd + rc_) * (sp - 1) + 2.0 * sp - 1.0) * lk.lat;
   }
 
   double t_mb = t_gemm + t_ew + t_tp + t_sp;

@@ -94,6 +94,9 @@ STRATA_API int tensor_memory(const tensor_ctx_t *ctx, int device, size_t *curren
  * a tensor_alloc beyond it fails with STRATA_ENOMEM, as a device of that
  * size would (on the CPU it stands in for a GPU's memory). */
 STRATA_API int tensor_memory_set_limit(tensor_ctx_t *ctx, int device, size_t bytes);
+/* Host bytes the context keeps as per-thread scratch between calls (the
+ * score blocks of attention, for instance), outside the accountant. */
+STRATA_API size_t tensor_scratch_bytes(const tensor_ctx_t *ctx);
 /* Sets the peak of `device` to its current value. */
 STRATA_API void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device);
 
@@ -219,6 +222,30 @@ STRATA_API int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor
 STRATA_API int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t *dout,
                                          const tensor_t *qkv, const tensor_t *out,
                                          const tensor_t *lse, int heads);
+
+/* Causal attention by blocks of keys, for sequence parallelism (ring
+ * self-attention, Li et al. 2021): queries q (B,Tq,C) at global positions
+ * q0, q0 + 1, ..., keys k and values v (B,Tk,C) at k0, ...; key j is seen
+ * by query i when k0 + j <= q0 + i. The softmax runs across blocks without
+ * the full score matrix (FlashAttention's online softmax, Dao et al. 2022):
+ * block_forward adds a block into acc (B,Tq,C, the unnormalised output), m
+ * and l (B,NH,Tq: each row's running maximum and sum of exp(s - m); start
+ * at 0, -inf and 0); block_finish gives out = acc / l (out may be acc) and
+ * lse = m + log l. The backward: block_rowdot gives d = rowsum(dout * out)
+ * per head (B,NH,Tq), and block_backward adds one block's part to dq, dk
+ * and dv from dout, the final lse and d. Any order of blocks gives the
+ * attention of all of them. CPU only in this build. */
+STRATA_API int tensor_attention_block_forward(tensor_ctx_t *ctx, tensor_t *acc, tensor_t *m, tensor_t *l,
+                                              const tensor_t *q, const tensor_t *k, const tensor_t *v, int heads,
+                                              int64_t q0, int64_t k0);
+STRATA_API int tensor_attention_block_finish(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, const tensor_t *acc,
+                                             const tensor_t *m, const tensor_t *l, int heads);
+STRATA_API int tensor_attention_block_rowdot(tensor_ctx_t *ctx, tensor_t *d, const tensor_t *dout,
+                                             const tensor_t *out, int heads);
+STRATA_API int tensor_attention_block_backward(tensor_ctx_t *ctx, tensor_t *dq, tensor_t *dk, tensor_t *dv,
+                                               const tensor_t *dout, const tensor_t *q, const tensor_t *k,
+                                               const tensor_t *v, const tensor_t *lse, const tensor_t *d, int heads,
+                                               int64_t q0, int64_t k0);
 
 /* Attention of one new position against a KV cache (generation): q (B,C)
  * holds the new queries, k and v (B,Tmax,C) the keys and values of
