@@ -39,6 +39,13 @@ static void add_back(float *x, const float *y, int64_t BT, int W, int c0, int C)
     for (int c = 0; c < C; c++) x[i * W + c0 + c] += y[i * C + c];
 }
 
+/* q, k and v of packed qkv (BT rows of 3C) into q and kv (k then v), each BT x C. */
+static void split_qkv(float *q, float *kv, const float *x, int64_t BT, int C) {
+  unpack(q, x, BT, 3 * C, 0, C);
+  unpack(kv, x, BT, 3 * C, C, C);
+  unpack(kv + BT * C, x, BT, 3 * C, 2 * C, C);
+}
+
 /* Zeroed (B, rows, C) tensors, counted by tc's accountant. */
 static int alloc3(tensor_ctx_t *tc, tensor_t *t, int64_t B, int64_t rows, int64_t C) {
   int64_t s[3] = {B, rows, C};
@@ -71,10 +78,8 @@ int par_ring_attention_forward(struct comm *sp, tensor_ctx_t *tc, tensor_t *out,
     rc = fail(err, errlen, rc, "buffers", tensor_last_error(tc));
     goto done;
   }
-  float *x = qkv->data, *kv[2] = {t[1].data, t[2].data};
-  unpack(t[0].data, x, B * Tl, (int)(3 * C), 0, (int)C);
-  unpack(kv[0], x, B * Tl, (int)(3 * C), (int)C, (int)C); /* (k, then v, each (B, Tl, C)) */
-  unpack(kv[0] + X, x, B * Tl, (int)(3 * C), (int)(2 * C), (int)C);
+  float *kv[2] = {t[1].data, t[2].data};
+  split_qkv(t[0].data, kv[0], qkv->data, B * Tl, (int)C);
   tensor_fill(tc, &t[3], -INFINITY);
   if ((rc = tensor_zero(tc, out))) goto tfail;
   for (int s = 0; s < size; s++) {
@@ -119,10 +124,8 @@ int par_ring_attention_backward(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqk
     rc = fail(err, errlen, rc, "buffers", tensor_last_error(tc));
     goto done;
   }
-  float *x = qkv->data, *buf[2] = {t[3].data, t[4].data};
-  unpack(t[0].data, x, B * Tl, (int)(3 * C), 0, (int)C);
-  unpack(buf[0], x, B * Tl, (int)(3 * C), (int)C, (int)C);
-  unpack(buf[0] + X, x, B * Tl, (int)(3 * C), (int)(2 * C), (int)C); /* (dk, dv after them: zero) */
+  float *buf[2] = {t[3].data, t[4].data};
+  split_qkv(t[0].data, buf[0], qkv->data, B * Tl, (int)C); /* (dk, dv after k and v: zero) */
   if ((rc = tensor_attention_block_rowdot(tc, &t[2], dout, out, heads))) goto tfail;
   for (int s = 0; s < size; s++) {
     int j = (r - s + size) % size, cur = s & 1;
