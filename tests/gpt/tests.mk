@@ -8,3 +8,5 @@ $(eval $(call strata_program,tp_equiv,tests/gpt/tp_equiv.c,parallel))
 TEST_SUITES += mpi:tests/gpt/mpi.list
 # Ring self-attention over the sequence-split group against the serial attention.
 $(eval $(call strata_program,ring_equiv,tests/gpt/ring_equiv.c,parallel))
+# 2D tensor parallelism's SUMMA product against the whole product.
+$(eval $(call strata_program,summa_equiv,tests/gpt/summa_equiv.c,parallel))
