@@ -10,3 +10,5 @@ TEST_SUITES += mpi:tests/gpt/mpi.list
 $(eval $(call strata_program,ring_equiv,tests/gpt/ring_equiv.c,parallel))
 # 2D tensor parallelism's SUMMA product against the whole product.
 $(eval $(call strata_program,summa_equiv,tests/gpt/summa_equiv.c,parallel))
+# 3D tensor parallelism's matrix product against the whole product.
+$(eval $(call strata_program,mm3d_equiv,tests/gpt/mm3d_equiv.c,parallel))
