@@ -8,18 +8,39 @@
  * preset name ("dgx-a100-80gb", see recipes/clusters/) or a table of
  * par_cluster_t fields, optionally starting from `base = "<preset>"`.
  * Unknown keys raise an error naming the key. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strata/parallel.h>
 
 #include "strata_lua.h"
 
+/* A planner input error: the recipe's file:line and the message, exit
+ * status 2 (the recipe is wrong), as the recipe schema's errors. */
+static int plan_error(lua_State *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int plan_error(lua_State *L, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  luaL_where(L, 1);
+  lua_createtable(L, 0, 3);
+  lua_pushfstring(L, "%s%s", lua_tostring(L, -2), msg);
+  lua_setfield(L, -2, "message");
+  lua_pushinteger(L, STRATA_EXIT_USAGE);
+  lua_setfield(L, -2, "status");
+  lua_pushboolean(L, 1); /* every rank plans alike */
+  lua_setfield(L, -2, "same_on_all_ranks");
+  return lua_error(L);
+}
+
 static int opt_int(lua_State *L, int t, const char *key, int *dst) {
   int present = lua_getfield(L, t, key) != LUA_TNIL;
   if (present) {
     int ok;
     lua_Integer v = lua_tointegerx(L, -1, &ok);
-    if (!ok) return luaL_error(L, "plan: %s must be an integer, got %s", key, luaL_tolstring(L, -1, NULL));
+    if (!ok) return plan_error(L, "plan: %s must be an integer, got %s", key, luaL_tolstring(L, -1, NULL));
     *dst = (int)v;
   }
   lua_pop(L, 1);
@@ -41,7 +62,7 @@ static void opt_enum(lua_State *L, int t, const char *key, const char *const *na
         luaL_addstring(&b, names[j]);
       }
       luaL_pushresult(&b); /* the field stays below it, at -2 */
-      luaL_error(L, "plan: %s = %s: expected one of %s", key, s ? s : luaL_typename(L, -2),
+      plan_error(L, "plan: %s = %s: expected one of %s", key, s ? s : luaL_typename(L, -2),
                  lua_tostring(L, -1));
     }
     *dst = i;
@@ -56,6 +77,7 @@ static const char *const layout_keys[] = {
     "interleave", "precision", "offload_optimizer", "offload_gradients", "offload_params", "seq_parallel",
     "partition_activations", "checkpoint_cpu", NULL};
 
+
 static void reject_unknown(lua_State *L, int t, const char *section, const char *const *keys) {
   lua_pushnil(L);
   while (lua_next(L, t)) {
@@ -64,14 +86,17 @@ static void reject_unknown(lua_State *L, int t, const char *section, const char 
     int i = 0;
     for (; k && keys[i]; i++)
       if (!strcmp(k, keys[i])) break;
+    if ((!k || !keys[i]) && !section)
+      plan_error(L, "plan: unknown key '%s' (keys: model, parallel, cluster, params, print)",
+                 k ? k : luaL_tolstring(L, -1, NULL));
     if (!k || !keys[i])
-      luaL_error(L, "plan: unknown key %s.%s", section, k ? k : luaL_tolstring(L, -1, NULL));
+      plan_error(L, "plan: unknown key %s.%s", section, k ? k : luaL_tolstring(L, -1, NULL));
   }
 }
 
 static void parse_model(lua_State *L, int t, par_gpt_config_t *m) {
   *m = (par_gpt_config_t)PAR_GPT_CONFIG_DEFAULTS;
-  if (lua_type(L, t) != LUA_TTABLE) luaL_error(L, "plan: model must be a table");
+  if (lua_type(L, t) != LUA_TTABLE) plan_error(L, "plan: model must be a table");
   reject_unknown(L, t, "model", model_keys);
   opt_int(L, t, "layers", &m->layers);
   opt_int(L, t, "hidden", &m->hidden);
@@ -91,7 +116,7 @@ static void parse_layout(lua_State *L, int t, par_layout_t *l) {
   int v;
   *l = (par_layout_t)PAR_LAYOUT_DEFAULTS;
   if (lua_isnoneornil(L, t)) return;
-  if (lua_type(L, t) != LUA_TTABLE) luaL_error(L, "plan: parallel must be a table");
+  if (lua_type(L, t) != LUA_TTABLE) plan_error(L, "plan: parallel must be a table");
   reject_unknown(L, t, "parallel", layout_keys);
   opt_int(L, t, "dp", &l->dp);
   opt_int(L, t, "tp", &l->tp);
@@ -124,13 +149,13 @@ static void parse_cluster(lua_State *L, int t, par_cluster_t *c) {
   *c = (par_cluster_t)PAR_CLUSTER_DEFAULTS;
   if (lua_type(L, t) == LUA_TSTRING) {
     if (par_cluster_preset(lua_tostring(L, t), c, why, sizeof why) != STRATA_OK)
-      luaL_error(L, "plan: cluster '%s': %s", lua_tostring(L, t), why);
+      plan_error(L, "plan: cluster '%s': %s", lua_tostring(L, t), why);
     return;
   }
-  if (lua_type(L, t) != LUA_TTABLE) luaL_error(L, "plan: cluster must be a preset name or a table");
+  if (lua_type(L, t) != LUA_TTABLE) plan_error(L, "plan: cluster must be a preset name or a table");
   if (lua_getfield(L, t, "base") == LUA_TSTRING &&
       par_cluster_preset(lua_tostring(L, -1), c, why, sizeof why) != STRATA_OK)
-    luaL_error(L, "plan: cluster base '%s': %s", lua_tostring(L, -1), why);
+    plan_error(L, "plan: cluster base '%s': %s", lua_tostring(L, -1), why);
   lua_pop(L, 1);
   lua_pushnil(L);
   while (lua_next(L, t)) {
@@ -144,17 +169,17 @@ static void parse_cluster(lua_State *L, int t, par_cluster_t *c) {
         char full[128];
         snprintf(full, sizeof full, "%s.%s", k, lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "?");
         if (!lua_isnumber(L, -1) || par_cluster_set(c, full, lua_tonumber(L, -1)) != STRATA_OK)
-          luaL_error(L, "plan: unknown or non-numeric cluster key '%s'", full);
+          plan_error(L, "plan: unknown or non-numeric cluster key '%s'", full);
         lua_pop(L, 1);
       }
     } else if (!lua_isnumber(L, -1)) {
-      luaL_error(L, "plan: cluster.%s must be a number", k);
+      plan_error(L, "plan: cluster.%s must be a number", k);
     } else if (par_cluster_set(c, k, lua_tonumber(L, -1)) != STRATA_OK) {
-      luaL_error(L, "plan: unknown cluster key '%s'", k);
+      plan_error(L, "plan: unknown cluster key '%s'", k);
     }
     lua_pop(L, 1);
   }
-  if (par_cluster_validate(c, why, sizeof why) != STRATA_OK) luaL_error(L, "plan: cluster: %s", why);
+  if (par_cluster_validate(c, why, sizeof why) != STRATA_OK) plan_error(L, "plan: cluster: %s", why);
 }
 
 static void parse_params(lua_State *L, int t, par_plan_params_t *p) {
@@ -162,14 +187,14 @@ static void parse_params(lua_State *L, int t, par_plan_params_t *p) {
   if (lua_isnoneornil(L, t)) return;
   if (lua_type(L, t) == LUA_TSTRING) { /* "engine": strata's own GPT and engine */
     if (strcmp(lua_tostring(L, t), "engine") != 0)
-      luaL_error(L, "plan: params = '%s': a table of planner parameters, or \"engine\"", lua_tostring(L, t));
+      plan_error(L, "plan: params = '%s': a table of planner parameters, or \"engine\"", lua_tostring(L, t));
     par_plan_params_engine(p);
     return;
   }
   luaL_checktype(L, t, LUA_TTABLE);
   if (lua_getfield(L, t, "base") == LUA_TSTRING) { /* {base = "engine", gemm_efficiency = ...} */
     if (strcmp(lua_tostring(L, -1), "engine") != 0)
-      luaL_error(L, "plan: params.base = '%s': only \"engine\" is a base", lua_tostring(L, -1));
+      plan_error(L, "plan: params.base = '%s': only \"engine\" is a base", lua_tostring(L, -1));
     par_plan_params_engine(p);
   }
   lua_pop(L, 1);
@@ -181,7 +206,7 @@ static void parse_params(lua_State *L, int t, par_plan_params_t *p) {
       continue;
     }
     if (!lua_isnumber(L, -1) || par_plan_params_set(p, k, lua_tonumber(L, -1)) != STRATA_OK)
-      luaL_error(L, "plan: params.%s is not a planner parameter or not a number", k);
+      plan_error(L, "plan: params.%s is not a planner parameter or not a number", k);
     lua_pop(L, 1);
   }
 }
@@ -227,13 +252,30 @@ static int l_plan(lua_State *L) {
   par_plan_params_t p;
   par_plan_t r;
   luaL_checktype(L, 1, LUA_TTABLE);
+  static const char *const top_keys[] = {"model", "parallel", "cluster", "params", "print", NULL};
+  reject_unknown(L, 1, NULL, top_keys);
   lua_getfield(L, 1, "model"), parse_model(L, lua_gettop(L), &m);
   lua_getfield(L, 1, "parallel"), parse_layout(L, lua_gettop(L), &l);
-  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) luaL_error(L, "plan: cluster is required");
+  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) plan_error(L, "plan: cluster is required");
   parse_cluster(L, lua_gettop(L), &c);
+  /* data parallelism over what the other degrees leave, unless given (as recipes' parallel.dp = "auto"),
+   * and a global batch of one microbatch per replica, unless given */
+  int has_dp = 0, has_gb = 0;
+  if (lua_getfield(L, 1, "parallel") == LUA_TTABLE) {
+    has_dp = lua_getfield(L, -1, "dp") != LUA_TNIL;
+    has_gb = lua_getfield(L, -2, "global_batch") != LUA_TNIL;
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+  if (!has_dp) {
+    int rest = c.nodes * c.gpus_per_node / (l.tp * l.pp * l.sp);
+    l.dp = rest > 0 ? rest : 1;
+  }
+  if (!has_gb && l.global_batch < l.microbatch * l.dp) l.global_batch = l.microbatch * l.dp;
   lua_getfield(L, 1, "params"), parse_params(L, lua_gettop(L), &p);
   int rc = par_plan_estimate(&m, &l, &c, &p, &r);
-  if (rc != STRATA_OK && r.valid) return luaL_error(L, "plan: %s", par_strerror(rc));
+  if (!r.valid) return plan_error(L, "plan: %s", r.why[0] ? r.why : "invalid layout");
+  if (rc != STRATA_OK) return plan_error(L, "plan: %s", par_strerror(rc));
   if (want_print(L, 1)) {
     fflush(stdout);
     par_plan_print(stdout, &m, &l, &c, &r);
@@ -253,7 +295,7 @@ static int l_plan_search(lua_State *L) {
   int top = 5;
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "model"), parse_model(L, lua_gettop(L), &m);
-  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) luaL_error(L, "plan_search: cluster is required");
+  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) plan_error(L, "plan_search: cluster is required");
   parse_cluster(L, lua_gettop(L), &c);
   lua_getfield(L, 1, "params"), parse_params(L, lua_gettop(L), &p);
   opt_int(L, 1, "global_batch", &o.global_batch);
@@ -270,7 +312,7 @@ static int l_plan_search(lua_State *L) {
       int k = 0;
       for (; s && modes[k]; k++)
         if (!strcmp(s, modes[k])) break;
-      if (!s || !modes[k]) luaL_error(L, "plan_search: tp_modes[%d] = %s: expected 1d, 2d, 2.5d or 3d", i, s ? s : "?");
+      if (!s || !modes[k]) plan_error(L, "plan_search: tp_modes[%d] = %s: expected 1d, 2d, 2.5d or 3d", i, s ? s : "?");
       o.tp_modes |= 1 << k;
       lua_pop(L, 1);
     }
@@ -279,7 +321,7 @@ static int l_plan_search(lua_State *L) {
   lua_pop(L, 1);
   size_t total = 0;
   if (par_plan_search(&m, &c, &p, &o, NULL, 0, &total) != STRATA_OK)
-    return luaL_error(L, "plan_search: the search failed (check model and cluster)");
+    return plan_error(L, "plan_search: the search failed (check model and cluster)");
   par_plan_entry_t *e = lua_newuserdatauv(L, sizeof *e * (total ? total : 1), 0);
   par_plan_search(&m, &c, &p, &o, e, total, &total);
   if (want_print(L, 1)) {

@@ -35,8 +35,12 @@ int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
           par_plan_param_count(m), par_megatron_param_count(m));
   fprintf(f, "layout   ");
   print_layout(f, l);
-  fprintf(f, "\ncluster  %s: %d nodes x %d GPUs, %.0f GB each, %.0f TFLOP/s %s peak\n", c->name,
-          c->nodes, c->gpus_per_node, c->gpu_mem_bytes / 1e9,
+  /* (this machine's preset stands for its CPU: devices, and a peak below 1 TFLOP/s printed as such) */
+  int cpu = !strcmp(c->name, "this-machine");
+  fprintf(f, "\ncluster  %s: %d node%s x %d %s, %.0f GB each, %.3g TFLOP/s %s peak\n", c->name, c->nodes,
+          c->nodes == 1 ? "" : "s", c->gpus_per_node,
+          cpu ? (c->gpus_per_node == 1 ? "CPU device" : "CPU devices") : c->gpus_per_node == 1 ? "GPU" : "GPUs",
+          c->gpu_mem_bytes / 1e9,
           (int)l->precision >= 0 && (int)l->precision < 3 ? c->peak_flops[l->precision] / 1e12 : 0.0,
           (int)l->precision >= 0 && (int)l->precision < 3 ? prec_name[l->precision] : "?");
   if (!r->valid) {
@@ -64,8 +68,8 @@ int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
   }
   fprintf(f, "  %-28s %10.4f  (%d microbatches, bubble %.1f%%)\n", "step", r->step_time,
           r->microbatches, 100 * r->bubble_fraction);
-  fprintf(f, "\nthroughput  %.1f TFLOP/s per GPU, MFU %.1f%%, %.4g tokens/s, %.1f days for the token budget\n",
-          r->tflops_per_gpu, 100 * r->mfu, r->tokens_per_s, r->days);
+  fprintf(f, "\nthroughput  %.3g TFLOP/s per %s, MFU %.1f%%, %.4g tokens/s, %.1f days for the token budget\n",
+          r->tflops_per_gpu, cpu ? "device" : "GPU", 100 * r->mfu, r->tokens_per_s, r->days);
   return STRATA_OK;
 }
 
