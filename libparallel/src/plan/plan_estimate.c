@@ -333,8 +333,12 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
     double bytes = 0.0;
     for (int i = 0; i < 4; i++)
       bytes += plan_tp_linear_bytes(l->tp_mode, l->tp, l->tp_depth, rows, lin[i][0], lin[i][1], e);
-    bytes *= ls * passes / (fwd + bwd);
-    double msgs = 4.0 * ls * tp_linear_msgs(l->tp_mode, l->tp, l->tp_depth) * passes / (fwd + bwd);
+    /* Recompute repeats the forward's share of the traffic: Megatron 1D one
+     * allreduce of its two per linear pair (+50%), 2D and 2.5D one of SUMMA's
+     * three collectives, 3D half of it. */
+    double fwd_share = l->tp_mode == PAR_TP_2D || l->tp_mode == PAR_TP_2P5D ? 1.0 / 3.0 : 0.5;
+    bytes *= ls * (1.0 + rc_ * fwd_share);
+    double msgs = 4.0 * ls * tp_linear_msgs(l->tp_mode, l->tp, l->tp_depth) * (1.0 + rc_ * fwd_share);
     int q = plan_tp_q(l);
     int axes = l->tp_mode == PAR_TP_1D ? 1 : l->tp_mode == PAR_TP_3D ? 3 : 2;
     /* Bytes split evenly over the axes; axis i spans q ranks q^i apart
