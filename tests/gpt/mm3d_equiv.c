@@ -7,13 +7,16 @@
  * fp32 rounding of up to K terms of O(1), 1e-5. libcomm's counters equal
  * the volumes: forward (q - 1)/q (a + b + c) sent, backward (q - 1)/q
  * (2a + 2b + c), for a, b, c the bytes of one block of X, W, Y; a rank's
- * partners are 3 (q - 1). A count that is not a cube is refused by name. */
+ * partners are 3 (q - 1), and the planner's per-product bytes
+ * (par_plan_tp_linear_sent) are the sent ones. A count that is not a cube
+ * is refused by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <strata/par_mm3d.h>
+#include <strata/par_plan.h>
 
 static int rank, ranks, fails;
 #define CHECK(cond, ...)                                                                           \
@@ -111,6 +114,8 @@ int main(void) {
   CHECK(s1 - s0 == f * (A + B + C) && s2 - s1 == f * (2 * A + 2 * B + C),
         "sent %.0f forward, %.0f backward; the formulas %.0f and %.0f", s1 - s0, s2 - s1, f * (A + B + C),
         f * (2 * A + 2 * B + C));
+  double planned = par_plan_tp_linear_sent(PAR_TP_3D, q * q * q, 1, M, K, N, 4);
+  CHECK(s2 - s0 == planned, "the planner's bytes for this product %.0f, sent %.0f", planned, s2 - s0);
   compare("y", &y, Y, M, N, q, i, j, l, 0);
   compare("dx", &dx, DX, M, K, q, i, l, j, 0.25f);
   compare("dw", &dw, DW, K, N, q, l, j, i, 0.25f);

@@ -12,12 +12,14 @@
  * (x + w) sent, for x, w the bytes of one block of X, W, and under 2.5D the
  * weight gradient's allreduce over the depth, 2 (d - 1) / d w; the partners
  * a rank talks to are its row, its column and its depth: 2 (q - 1) + d - 1.
+ * The planner's per-product bytes (par_plan_tp_linear_sent) are the same.
  * A bad mesh (a count that is not q^2 d) is refused by name. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <strata/par_plan.h>
 #include <strata/par_summa.h>
 
 static int rank, ranks, fails;
@@ -118,6 +120,8 @@ int main(int argc, char **argv) {
     bs += (double)(sent(row, k, 0) + sent(col, k, 0) + (dep ? sent(dep, k, 0) : 0));
   double want = (q > 1 ? (xb + wb) + (q - 1.0) * (q + 1.0) / q * (xb + wb) : 0) + 2.0 * (d - 1) / d * wb;
   CHECK(bs == want, "backward: sent %.0f bytes; SUMMA's %.0f", bs, want);
+  double planned = par_plan_tp_linear_sent(d > 1 ? PAR_TP_2P5D : PAR_TP_2D, q * q * d, d, M, K, N, 4);
+  CHECK(fs + bs == planned, "the planner's bytes for this product %.0f, sent %.0f", planned, fs + bs);
   compare("y", &y, Y, N, bi, j, 0);
   compare("dx", &dx, DX, K, bi, j, 0.25f);
   compare("dw", &dw, DW, N, i, j, 0.25f);

@@ -253,6 +253,15 @@ typedef struct {
  * layout is not an error of the call: out->valid = 0 and out->why explains,
  * and the return is STRATA_EINVAL; a valid layout returns STRATA_OK whether
  * or not it fits (out->fits). NULL pointers or a bad cluster: STRATA_EINVAL. */
+/* Bytes one rank sends for one linear layer's product (forward and
+ * backward: rows x hin input, hin x hout weight, e bytes per element) as
+ * strata's implementations move them and libcomm counts them: Megatron 1D
+ * (the allreduce of the narrower activation), SUMMA for 2D and 2.5D of
+ * depth `depth` (strata/par_summa.h), the 3D product (strata/par_mm3d.h).
+ * The planner's step estimate uses the papers' formulas (docs/planner.md),
+ * which count each collective's volume the textbook way. */
+STRATA_API double par_plan_tp_linear_sent(par_tp_mode_t mode, int tp, int depth, double rows, double hin, double hout,
+                                          double e);
 STRATA_API int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l,
                                  const par_cluster_t *c, const par_plan_params_t *p,
                                  par_plan_t *out);

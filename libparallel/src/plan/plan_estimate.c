@@ -97,6 +97,33 @@ double plan_tp_linear_bytes(par_tp_mode_t mode, int tp, int depth, double rows, 
   return 0.0;
 }
 
+double par_plan_tp_linear_sent(par_tp_mode_t mode, int tp, int depth, double rows, double hin, double hout,
+                               double e) {
+  switch (mode) {
+  case PAR_TP_1D: /* one allreduce of the narrower activation (forward or backward) */
+    return plan_tp_linear_bytes(mode, tp, depth, rows, hin, hout, e);
+  case PAR_TP_2D:
+  case PAR_TP_2P5D: {
+    double d = mode == PAR_TP_2D ? 1.0 : depth, q = llround(sqrt((double)tp / d));
+    double x = rows * hin * e / (d * q * q), w = hin * hout * e / (q * q);
+    /* forward: root of one broadcast of X and one of W; backward: the same
+     * two broadcasts and q reductions each of X-sized and W-sized partial
+     * products ((q - 1)/q of a block as a root, the block otherwise); 2.5D
+     * adds the allreduce of the weight's gradient over the depth */
+    double summa = q > 1 ? (2.0 + (q - 1) * (q + 1) / q) * (x + w) : 0.0;
+    return summa + 2.0 * (d - 1) / d * w;
+  }
+  case PAR_TP_3D: {
+    double q = llround(cbrt((double)tp)), a = rows * hin * e / (q * q), b = hin * hout * e / (q * q),
+           c = rows * hout * e / (q * q);
+    /* forward: X and W all-gathered, Y reduce-scattered; backward: X, W and
+     * dY all-gathered, dX and dW reduce-scattered */
+    return (q - 1) / q * (3.0 * a + 3.0 * b + 2.0 * c);
+  }
+  }
+  return 0.0;
+}
+
 int plan_tp_q(const par_layout_t *l) {
   switch (l->tp_mode) {
   case PAR_TP_2D: return (int)llround(sqrt((double)l->tp));
