@@ -109,7 +109,11 @@ static int report(lua_State *L, int rank, int size, int *same_out) {
     msg = lua_tostring(L, -1);
     if (!msg) msg = "error (not a string)";
   }
-  if (!same || rank == 0) {
+  /* A rank other than 0 that was stopped and woken again (SIGSTOP, then
+   * mpirun's SIGCONT as it ends the job another rank's report ended) sees
+   * the others gone and would blame them: rank 0 has said what happened. */
+  int quiet = rank != 0 && size > 1 && lstrata_was_continued();
+  if ((!same || rank == 0) && !quiet) {
     if (size > 1 && !same) fprintf(stderr, "strata: [rank %d] %s\n", rank, msg);
     else fprintf(stderr, "strata: %s\n", msg);
     fflush(stderr);

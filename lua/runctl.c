@@ -145,7 +145,21 @@ static void on_stop(int sig) {
   }
 }
 
+static volatile sig_atomic_t continued; /* this process was stopped and woken (SIGCONT) */
+static void on_cont(int sig) {
+  (void)sig;
+  continued = 1;
+}
+
+int lstrata_was_continued(void) { return continued; }
+
 void lstrata_catch_stop_signals(int rank) {
+  struct sigaction sc;
+  memset(&sc, 0, sizeof sc);
+  sc.sa_handler = on_cont;
+  sc.sa_flags = SA_RESTART;
+  sigemptyset(&sc.sa_mask);
+  sigaction(SIGCONT, &sc, NULL);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
@@ -164,6 +178,15 @@ void lstrata_catch_stop_signals(int rank) {
  * (mpirun then ends the others). */
 static void on_fatal(const char *msg, void *arg) {
   (void)arg;
+  /* Under mpirun, a rank that was stopped (SIGSTOP) and woken again (by
+   * mpirun ending the job once another rank reported the stuck step, or by
+   * hand) finds the next collective step stuck in its turn: the others have
+   * reported it, so this rank ends quietly instead of printing the same
+   * line again. So does one that mpirun is ending (SIGTERM). */
+  if ((continued || stop_flag == SIGTERM) && stop_quiet) {
+    status->reported = 1; /* (and its guard too) */
+    _exit(STRATA_EXIT_FAIL);
+  }
   char hint[2400];
   lstrata_checkpoint_hint(hint, sizeof hint);
   if (status->steps > 0)

@@ -41,6 +41,9 @@ lstrata_status_t *lstrata_status(void);
  * death nobody else reports (see runctl.c); returns the exit status, in
  * the guard and in the worker alike. */
 int lstrata_guarded(int (*work)(void *), void *arg, int rank, int ranks);
+/* Whether this process was stopped and woken again (SIGCONT) since the
+ * stop-signal handlers were installed. */
+int lstrata_was_continued(void);
 /* Installs the stop-signal handlers of a run (rank 0 announces the stop). */
 void lstrata_catch_stop_signals(int rank);
 /* The flag the handlers set (the signal number; 0: none). */
