@@ -18,23 +18,9 @@
 #include <strata/par_mm3d.h>
 #include <strata/par_plan.h>
 
-static int rank, ranks, fails;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "mm3d_equiv np=%d rank %d line %d: ", ranks, rank, __LINE__);                \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "gpt/mpi_check.h"
 
-static void fill(float *x, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = (float)(seed >> 8) / (float)(1u << 24) - 0.5f;
-  }
-}
+
 
 /* Piece p (of q, by rows) of block (bi, bj) (of a q x q cut) of an R x C matrix. */
 static tensor_t piece(tensor_ctx_t *tc, const float *a, int R, int C, int q, int bi, int bj, int p, float add) {
@@ -76,12 +62,8 @@ static double sent(par_mm3d_t *m) {
 
 int main(void) {
   comm_t *world;
-  if (comm_init(&world, NULL)) return 1;
-  rank = comm_rank(world), ranks = comm_size(world);
   tensor_ctx_t *tc;
-  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
-  o.threads = 1;
-  if (tensor_ctx_create(&tc, &o)) return 1;
+  check_start("mm3d_equiv", &world, &tc);
   par_mm3d_t *m;
   char err[256];
   if (par_mm3d_create(&m, world, err, sizeof err)) {
@@ -92,7 +74,7 @@ int main(void) {
   par_mm3d_coords(m, &i, &j, &l, &q);
   const int M = 8, K = 8, N = 4;
   float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * K * N), *G = malloc(sizeof(float) * M * N);
-  fill(X, (size_t)M * K, 3), fill(W, (size_t)K * N, 5), fill(G, (size_t)M * N, 7);
+  check_fill(X, (size_t)M * K, 3, 1.f), check_fill(W, (size_t)K * N, 5, 1.f), check_fill(G, (size_t)M * N, 7, 1.f);
   double *Y = calloc((size_t)M * N, sizeof(double)), *DX = calloc((size_t)M * K, sizeof(double)),
          *DW = calloc((size_t)K * N, sizeof(double));
   for (int a = 0; a < M; a++)
@@ -137,11 +119,5 @@ int main(void) {
   for (int k = 0; k < 6; k++) tensor_free(tc, &all[k]);
   free(X), free(W), free(G), free(Y), free(DX), free(DW);
   par_mm3d_destroy(m);
-  int total = 0;
-  MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("mm3d_equiv np=%d: %s\n", ranks, total ? "FAILED" : "ok");
-  tensor_ctx_destroy(tc);
-  comm_destroy(world);
-  comm_finalize();
-  return total ? 1 : 0;
+  return check_finish(world, tc);
 }

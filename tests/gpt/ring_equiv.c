@@ -19,26 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <strata/comm.h>
 #include <strata/par_ring.h>
 
-static int rank, ranks, fails;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "ring_equiv np=%d rank %d line %d: ", ranks, rank, __LINE__);                \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "gpt/mpi_check.h"
 
-static void fill(float *x, size_t n, unsigned seed, float scale) {
-  for (size_t i = 0; i < n; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = scale * ((float)(seed >> 8) / (float)(1u << 24) - 0.5f);
-  }
-}
+
 
 static tensor_t mk(tensor_ctx_t *tc, int64_t a, int64_t b, int64_t c) {
   tensor_t t;
@@ -63,7 +48,7 @@ static void run(comm_t *sp, tensor_ctx_t *tc, int B, int T, int NH, int hs) {
   int C = NH * hs, Tl = T / ranks;
   tensor_t qkv = mk(tc, B, T, 3 * C), out = mk(tc, B, T, C), lse = mk(tc, B, NH, T), dout = mk(tc, B, T, C);
   tensor_t dqkv = mk(tc, B, T, 3 * C);
-  fill(qkv.data, (size_t)B * T * 3 * C, 7, 3.f), fill(dout.data, (size_t)B * T * C, 9, 1.f);
+  check_fill(qkv.data, (size_t)B * T * 3 * C, 7, 3.f), check_fill(dout.data, (size_t)B * T * C, 9, 1.f);
   if (tensor_attention_forward(tc, &out, &lse, &qkv, NH) ||
       tensor_attention_backward(tc, &dqkv, &dout, &qkv, &out, &lse, NH)) {
     fprintf(stderr, "ring_equiv: serial attention: %s\n", tensor_last_error(tc));
@@ -119,19 +104,9 @@ static void run(comm_t *sp, tensor_ctx_t *tc, int B, int T, int NH, int hs) {
 
 int main(int argc, char **argv) {
   comm_t *sp;
-  if (comm_init(&sp, NULL)) return 1;
-  rank = comm_rank(sp), ranks = comm_size(sp);
   tensor_ctx_t *tc;
-  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
-  o.threads = 1;
-  if (tensor_ctx_create(&tc, &o)) return 1;
+  check_start("ring_equiv", &sp, &tc);
   run(sp, tc, 2, 16 * 4, 2, 8);
   run(sp, tc, 1, 12 * 4, 3, 4); /* rows shorter than a vector */
-  int all = 0;
-  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("ring_equiv np=%d: %s\n", ranks, all ? "FAILED" : "ok");
-  tensor_ctx_destroy(tc);
-  comm_destroy(sp);
-  comm_finalize();
-  return all ? 1 : 0;
+  return check_finish(sp, tc);
 }

@@ -22,23 +22,9 @@
 #include <strata/par_plan.h>
 #include <strata/par_summa.h>
 
-static int rank, ranks, fails;
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "summa_equiv np=%d rank %d line %d: ", ranks, rank, __LINE__);               \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-      fails++;                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "gpt/mpi_check.h"
 
-static void fill(float *x, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) {
-    seed = seed * 1664525u + 1013904223u;
-    x[i] = (float)(seed >> 8) / (float)(1u << 24) - 0.5f;
-  }
-}
+
 
 /* Block (bi, bj) of an R x C row-major matrix cut in qr x qc blocks, into a tensor. */
 static tensor_t blk(tensor_ctx_t *tc, const float *a, int R, int C, int qr, int qc, int bi, int bj, float add) {
@@ -73,12 +59,8 @@ static uint64_t sent(comm_t *c, comm_kind_t k, int recv) {
 int main(int argc, char **argv) {
   int depth = argc > 1 ? atoi(argv[1]) : 1;
   comm_t *world;
-  if (comm_init(&world, NULL)) return 1;
-  rank = comm_rank(world), ranks = comm_size(world);
   tensor_ctx_t *tc;
-  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
-  o.threads = 1;
-  if (tensor_ctx_create(&tc, &o)) return 1;
+  check_start("summa_equiv", &world, &tc);
   par_summa_t *s;
   char err[256];
   if (par_summa_create(&s, world, depth, err, sizeof err)) {
@@ -90,7 +72,7 @@ int main(int argc, char **argv) {
   par_summa_depth(s, &layer, &d);
   const int M = 8, K = 12, N = 6, qr = q * d, bi = layer * q + i; /* X's and Y's rows: over the layers and rows */
   float *X = malloc(sizeof(float) * M * K), *W = malloc(sizeof(float) * K * N), *G = malloc(sizeof(float) * M * N);
-  fill(X, (size_t)M * K, 3), fill(W, (size_t)K * N, 5), fill(G, (size_t)M * N, 7);
+  check_fill(X, (size_t)M * K, 3, 1.f), check_fill(W, (size_t)K * N, 5, 1.f), check_fill(G, (size_t)M * N, 7, 1.f);
   double *Y = calloc((size_t)M * N, sizeof(double)), *DX = calloc((size_t)M * K, sizeof(double)),
          *DW = calloc((size_t)K * N, sizeof(double));
   for (int m = 0; m < M; m++)
@@ -144,11 +126,5 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 6; k++) tensor_free(tc, &all[k]);
   free(X), free(W), free(G), free(Y), free(DX), free(DW);
   par_summa_destroy(s);
-  int total = 0;
-  MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("summa_equiv np=%d: %s\n", ranks, total ? "FAILED" : "ok");
-  tensor_ctx_destroy(tc);
-  comm_destroy(world);
-  comm_finalize();
-  return total ? 1 : 0;
+  return check_finish(world, tc);
 }
