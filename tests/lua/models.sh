@@ -67,11 +67,13 @@ cmp -s "$work/s1" "$work/s2" || fail "the same seed gave different text"
 cmp -s "$work/s1" "$work/s3" && fail "seeds 7 and 8 gave the same text"
 echo "greedy: $(head -c 24 "$work/g1" | tr '\n' ' ')"
 
-# 3. model.init: training starts from the weights (loss well below ln 256 = 5.55 at once).
+# 3. model.init: training starts from the weights (loss well below ln 256 = 5.55 at once: two steps at
+#    lr 1e-4 leave a fresh model at about 5.5, while the trained one is near its own validation loss, about
+#    3.3-3.5 depending on the corpus, which is this repository's own text).
 "$S" run $R "${tiny[@]}" model.init="$work/m.bin" data.source=text data.path="$work/text.txt" train.steps=2 \
   optim.warmup=0 optim.lr=1e-4 optim.min_lr=0 train.eval_every=1 run_dir="$work/i" >"$work/i.log" 2>&1 || fail "model.init: $(tail -2 "$work/i.log")"
 v=$(sed -n 's/.*validation loss \([0-9.]*\) nats.*/\1/p' "$work/i.log")
-awk -v v="$v" 'BEGIN { exit !(v != "" && v < 3.5) }' || fail "model.init did not start from the weights: val '$v'"
+awk -v v="$v" 'BEGIN { exit !(v != "" && v < 4.5) }' || fail "model.init did not start from the weights: val '$v'"
 "$S" run $R "${tiny[@]}" model.init="$work/m.bin" model.hidden=64 >"$work/i2.log" 2>&1
 [ $? = 2 ] && grep -q "command line: model.hidden = 64: model.init '$work/m.bin' holds hidden = 32" "$work/i2.log" \
   || fail "model.init size clash: $(cat "$work/i2.log")"
