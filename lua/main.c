@@ -45,6 +45,8 @@ static const char *usage =
     "      Plots metrics against step (default: loss and val_loss) with gnuplot.\n"
     "  strata help\n"
     "      This text.\n"
+    "  strata --version\n"
+    "      The version of strata.\n"
     "\n"
     "Recipes are Lua 5.4 scripts: local strata = require 'strata' ... see docs/recipes.md.\n"
     "Environment: STRATA_THREADS overrides threads per rank (default cores / ranks on the node);\n"
@@ -316,6 +318,10 @@ int main(int argc, char **argv) {
     fputs(usage, stdout);
     return STRATA_EXIT_OK;
   }
+  if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+    printf("strata %s\n", STRATA_VERSION);
+    return STRATA_EXIT_OK;
+  }
   if (!strcmp(cmd, "info")) {
     set_threads();
     lua_State *L = luaL_newstate();
@@ -334,6 +340,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return lstrata_cmd_eval(argc - 2, argv + 2);
     return lstrata_cmd_convert(argc - 2, argv + 2);
   }
-  fprintf(stderr, "strata: unknown command '%s' (commands: run, plan, sample, eval, convert, info, plot, help)\n", cmd);
+  fprintf(stderr, "strata: unknown command '%s' (commands: run, plan, sample, eval, convert, info, plot, help, version)\n", cmd);
   return STRATA_EXIT_USAGE;
 }

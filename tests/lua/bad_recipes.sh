@@ -36,7 +36,7 @@ for f in "$here"/bad/*.lua; do
   # shellcheck disable=SC2086
   check "$(basename "$f")" "$want" "$msg" "$S" run "$f" $args
 done
-check "unknown command" 2 "strata: unknown command 'trian' (commands: run, plan, sample, eval, convert, info, plot, help)" "$S" trian
+check "unknown command" 2 "strata: unknown command 'trian' (commands: run, plan, sample, eval, convert, info, plot, help, version)" "$S" trian
 check "no recipe" 2 "strata run: no recipe given" "$S" run
 check "missing recipe" 2 "strata run: cannot read recipe 'nope.lua': No such file or directory" "$S" run nope.lua
 check "override without =" 2 "strata run: 'steps' is not a key=value override" "$S" run "$here/bad/fanout_zero.lua" steps

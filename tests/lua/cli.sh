@@ -16,6 +16,9 @@ for k in 'MPI ' 'HDF5 ' 'Lua ' 'OpenBLAS ' 'CUDA ' 'NCCL ' 'device ' 'threads ';
 done
 # Threads = cores / ranks on the node (STRATA_THREADS overrides).
 STRATA_THREADS=3 "$S" info | grep -q '^threads   3 per rank' || fail "STRATA_THREADS"
+# --version: one line, the version the build was made with (as info's first line names it)
+v=$("$S" --version) || fail "--version exits $?"
+[ "$v" = "$(head -1 "$work/info" | sed -n 's/^\(strata [^ ]*\).*/\1/p')" ] || fail "--version: '$v', info: $(head -1 "$work/info")"
 OMPI_COMM_WORLD_LOCAL_SIZE=64 "$S" info | grep -q '^threads   1 per rank' || fail "threads with 64 local ranks"
 
 # plot: a metrics file written through the Lua bindings, drawn by gnuplot.
