@@ -384,8 +384,12 @@ static int l_train(lua_State *L) {
   if (rank == 0) {
     char el[32];
     fmt_duration(el, sizeof el, res.elapsed_seconds);
-    printf("strata: %s: %ld steps in %s (%.1fk tokens/s while training)\n", name,
-           res.step - res.start, el, res.tokens_per_s / 1e3);
+    if (res.step == res.start) /* resumed at its last step: nothing was left to train */
+      printf("strata: %s: already at step %ld of %ld: nothing to train (raise train.steps to go on)\n", name,
+             res.step, (long)to.steps);
+    else
+      printf("strata: %s: %ld steps in %s (%.1fk tokens/s while training)\n", name, res.step - res.start, el,
+             res.tokens_per_s / 1e3);
     if (!isnan(res.val_loss)) {
       if (entropy > 0)
         printf("strata: validation loss %.4f nats/token; entropy rate of the source %.4f "

@@ -28,6 +28,10 @@ STRATA_FAULT_KILL_AT_STEP=15 "$S" run -n 2 $R "${small[@]}" run_dir="$work/b" >"
 "$S" run -n 2 $R "${small[@]}" run_dir="$work/b" train.resume=true >"$work/b2.log" 2>&1 \
   || fail "resume: $(tail -3 "$work/b2.log")"
 grep -q "resumed from '$work/b/checkpoint.h5' at step 10" "$work/b2.log" || fail "resume line: $(head -3 "$work/b2.log")"
+# resuming the finished run again: nothing to train, said so
+"$S" run -n 2 $R "${small[@]}" run_dir="$work/b" train.resume=true >"$work/b3.log" 2>&1 || fail "resume of a finished run: $(tail -3 "$work/b3.log")"
+grep -q "already at step 30 of 30: nothing to train (raise train.steps to go on)" "$work/b3.log" \
+  || fail "resume of a finished run: $(tail -3 "$work/b3.log")"
 "$S" run tests/lua/check_run.lua a="$work/a" b="$work/b" rows=30 eval_every=10 >"$work/cmp.log" 2>&1 \
   || fail "resumed run differs: $(cat "$work/cmp.log")"
 h5dump -d /model/embed/tokens/weight "$work/a/checkpoint.h5" | sed 1d >"$work/wa" 2>/dev/null
