@@ -92,9 +92,25 @@ static void note_peak(par_engine_t *e) {
 
 /* ------------------------------------------------------------ create */
 
+/* The kinds of tensors in the order their chunk lists are packed, and the
+ * optimizer state arrays' bits (par_optim_state_arrays, 4: the masters). */
+static const int kind_order[] = {OFF_PARAMS, OFF_GRADS, OFF_MASTER, OFF_M, OFF_V};
+static const int kind_bits[] = {0, 0, 4, 1, 2};
+
+/* Whether the k-th kind has tensors (its optimizer array kept; gradients of their own unless reused). */
+static int kind_kept(const par_engine_t *e, int k, int arrays) {
+  return !(kind_bits[k] && !(arrays & kind_bits[k])) && !(kind_order[k] == OFF_GRADS && e->reuse);
+}
+
+/* Bytes of region r's tensor of a kind: 16-bit or fp32 parameters and gradients, fp32 optimizer arrays. */
+static size_t kind_bytes(const par_engine_t *e, int kind, int r) {
+  int lowp = kind == OFF_PARAMS || kind == OFF_GRADS;
+  return e->regions[r].n * (lowp ? tensor_dtype_size(e->wdt) : sizeof(float));
+}
+
 int chunks_create(par_engine_t *e) {
   int n = e->nregions, arrays = e->state_arrays | (e->mixed ? 4 : 0), rc;
-  size_t wsz = tensor_dtype_size(e->wdt), most = 0;
+  size_t most = 0;
   e->reuse = e->mixed && e->accum == 1;
   e->g32_id = -1;
   /* the tensors in the order they are packed, each kind after a break (0) */
@@ -105,15 +121,13 @@ int chunks_create(par_engine_t *e) {
     free(sizes);
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for the chunk policy's tables");
   }
-  static const int order[] = {OFF_PARAMS, OFF_GRADS, OFF_MASTER, OFF_M, OFF_V};
-  static const int bits[] = {0, 0, 4, 1, 2}; /* (the optimizer's arrays this build keeps) */
+  /* (every region's optimizer arrays, on every rank: the same chunk size wherever the chunks are sharded) */
   int ns = 0;
   for (int k = 0; k < OFF_ARRAYS; k++) {
-    int kind = order[k];
-    if ((bits[k] && !(arrays & bits[k])) || (kind == OFF_GRADS && e->reuse)) continue;
+    if (!kind_kept(e, k, arrays)) continue;
     for (int r = 0; r < n; r++)
       if (e->regions[r].n) {
-        size_t b = e->regions[r].n * (kind == OFF_PARAMS || kind == OFF_GRADS ? wsz : sizeof(float));
+        size_t b = kind_bytes(e, kind_order[k], r);
         sizes[ns++] = b;
         if (b > most) most = b;
       }
@@ -150,12 +164,11 @@ int chunks_create(par_engine_t *e) {
   for (int r = 0; r < n * OFF_ARRAYS; r++) e->off_ids[r] = -1;
   for (int r = 0; r < n; r++) e->pchunk[r] = -1;
   for (int k = 0; k < OFF_ARRAYS; k++) {
-    int kind = order[k];
-    if ((bits[k] && !(arrays & bits[k])) || (kind == OFF_GRADS && e->reuse)) continue;
+    int kind = kind_order[k];
+    if (!kind_kept(e, k, arrays)) continue;
     for (int r = 0; r < n && !rc; r++) /* (the optimizer's arrays: the regions this rank keeps) */
       if (e->regions[r].n && (kind == OFF_PARAMS || kind == OFF_GRADS || chunks_owned(e, r)))
-        rc = offload_tensor_add(e->off, e->regions[r].n * (kind == OFF_PARAMS || kind == OFF_GRADS ? wsz : 4),
-                                &ids(e, r)[kind]);
+        rc = offload_tensor_add(e->off, kind_bytes(e, kind, r), &ids(e, r)[kind]);
     if (!rc && kind == OFF_PARAMS) { /* the parameter chunks: who keeps which */
       for (int r = 0; r < n; r++)
         if (e->regions[r].n) offload_tensor_place(e->off, ids(e, r)[OFF_PARAMS], &e->pchunk[r], NULL);
@@ -176,8 +189,6 @@ int chunks_create(par_engine_t *e) {
   for (int r = 0; r < n; r++) {
     e->gchunk[r] = -1;
     if (e->regions[r].n) offload_tensor_place(e->off, grad_id(e, r), &e->gchunk[r], NULL);
-    /* (the gradient chunks are packed as the parameter chunks are: same sizes, same order) */
-    if (e->regions[r].n) e->gshift = e->gchunk[r] - e->pchunk[r];
   }
   if (e->sharded) {
     e->ngroups = (e->nparams_chunks + e->size - 1) / e->size;

@@ -127,7 +127,7 @@ struct par_engine {
    * finished them. */
   int sharded;
   int *pchunk;           /* per region: the chunk of its parameters */
-  int nparams_chunks, gshift; /* parameter chunks; gradient chunk of parameter chunk c: c + gshift */
+  int nparams_chunks;    /* parameter chunks (the gradients' are packed alike: same sizes, same order) */
   int ngroups;
   int *gathered;         /* per group: its other ranks' chunks are here for this pass */
   int *group_left;       /* per group: regions whose DONE this pass has yet to see */
