@@ -12,3 +12,5 @@ $(eval $(call strata_program,ring_equiv,tests/gpt/ring_equiv.c,parallel))
 $(eval $(call strata_program,summa_equiv,tests/gpt/summa_equiv.c,parallel))
 # 3D tensor parallelism's matrix product against the whole product.
 $(eval $(call strata_program,mm3d_equiv,tests/gpt/mm3d_equiv.c,parallel))
+# One transformer layer under 1D, 2D, 2.5D and 3D tensor parallelism against the serial layer.
+$(eval $(call strata_program,tplayer_equiv,tests/gpt/tplayer_equiv.c,parallel))

@@ -262,6 +262,12 @@ typedef struct {
  * which count each collective's volume the textbook way. */
 STRATA_API double par_plan_tp_linear_sent(par_tp_mode_t mode, int tp, int depth, double rows, double hin, double hout,
                                           double e);
+/* Bytes one rank sends for one GPT transformer layer's forward and backward
+ * under tensor parallelism as strata's layer moves them (strata/par_tplayer.h;
+ * rows = batch x seq tokens, e bytes per element): its four products
+ * (par_plan_tp_linear_sent), the layernorms' row statistics and the vector
+ * parameters' gradients summed over their replicas. */
+STRATA_API double par_plan_tp_layer_sent(par_tp_mode_t mode, int tp, int depth, double rows, double hidden, double e);
 STRATA_API int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l,
                                  const par_cluster_t *c, const par_plan_params_t *p,
                                  par_plan_t *out);
