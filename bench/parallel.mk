@@ -10,3 +10,6 @@ BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_pp
 # Ring self-attention: activation memory per rank at sp = 4 against the serial attention.
 $(eval $(call strata_program,bench_parallel_ring,bench/parallel_ring.c,parallel))
 BENCH_PROGRAMS += 4:$$BUILD/bin/bench_parallel_ring
+# Multi-dimensional tensor parallelism: one layer's bytes per rank, 1D over 3D at tp = 8.
+$(eval $(call strata_program,bench_parallel_tp3d,bench/parallel_tp3d.c,parallel))
+BENCH_PROGRAMS += 8:$$BUILD/bin/bench_parallel_tp3d

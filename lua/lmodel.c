@@ -423,6 +423,91 @@ static int opt_tostring(lua_State *L) {
   return 1;
 }
 
+/* strata.tp_layer{mode = "1d" | "2d" | "2.5d" | "3d", tp =, depth =, batch =,
+ * seq =, hidden =, heads =, steps =, seed =}: one GPT transformer layer on
+ * groups of tp consecutive ranks of the world (every rank calls it), `steps`
+ * forwards and backwards; returns {sent, recv (bytes per rank per step, the
+ * largest over the ranks), partners, formula (par_plan_tp_layer_sent),
+ * papers (the products by the papers' formulas), seconds (per step, the
+ * slowest rank), memory (bytes the layer holds per rank, the largest)}, or
+ * nil and the message of a shape the mode cannot cut. */
+static int tp_layer(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  static const char *const modes[] = {"1d", "2d", "2.5d", "3d", NULL};
+  lua_getfield(L, 1, "mode");
+  par_tp_mode_t mode = (par_tp_mode_t)luaL_checkoption(L, -1, "1d", modes);
+  lua_pop(L, 1);
+  MPI_Comm world = lstrata_world(L);
+  int size, rank;
+  MPI_Comm_size(world, &size), MPI_Comm_rank(world, &rank);
+  int tp = field_int(L, 1, "tp", size), steps = field_int(L, 1, "steps", 1);
+  par_tplayer_config_t cfg = {.mode = mode, .depth = field_int(L, 1, "depth", 1), .batch = field_int(L, 1, "batch", 8),
+                              .seq = field_int(L, 1, "seq", 64), .hidden = field_int(L, 1, "hidden", 256),
+                              .heads = field_int(L, 1, "heads", 8), .seed = (uint64_t)field_int(L, 1, "seed", 1)};
+  if (tp < 1 || size % tp)
+    return lstrata_fail(L, lua_pushfstring(L, "tp = %d does not divide the %d ranks", tp, size), STRATA_EINVAL);
+  if (steps < 1) return lstrata_fail(L, "steps must be at least 1", STRATA_EINVAL);
+  char err[512] = "";
+  comm_t *all = NULL, *group = NULL;
+  tensor_ctx_t *tc = NULL;
+  par_tplayer_t *layer = NULL;
+  tensor_t x = {0}, y = {0}, dy = {0}, dx = {0};
+  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
+  o.threads = lstrata_threads(NULL, NULL);
+  int rc = comm_from_mpi(&all, world, NULL);
+  if (!rc) rc = comm_split(&group, all, rank / tp, rank);
+  if (!rc) rc = tensor_ctx_create(&tc, &o);
+  if (rc) snprintf(err, sizeof err, "tp_layer: cannot start its group or tensor context");
+  else if ((rc = par_tplayer_create(&layer, group, tc, &cfg, err, sizeof err)) == STRATA_OK) {
+    int64_t r, c, s[2];
+    par_tplayer_block(layer, &r, &c, NULL, NULL);
+    s[0] = r, s[1] = c;
+    if ((rc = tensor_alloc(tc, &x, TENSOR_F32, TENSOR_CPU, 2, s)) || (rc = tensor_alloc(tc, &y, TENSOR_F32, TENSOR_CPU, 2, s)) ||
+        (rc = tensor_alloc(tc, &dy, TENSOR_F32, TENSOR_CPU, 2, s)) || (rc = tensor_alloc(tc, &dx, TENSOR_F32, TENSOR_CPU, 2, s)) ||
+        (rc = tensor_fill_normal(tc, &x, cfg.seed, "x", NULL, 0.f, 1.f)) ||
+        (rc = tensor_fill_normal(tc, &dy, cfg.seed, "dy", NULL, 0.f, 1.f)))
+      snprintf(err, sizeof err, "tp_layer: %s", tensor_last_error(tc));
+  }
+  double t0 = MPI_Wtime();
+  if (!rc) par_tplayer_traffic_reset(layer);
+  for (int k = 0; k < steps && !rc; k++)
+    if ((rc = par_tplayer_forward(layer, &y, &x)) || (rc = par_tplayer_backward(layer, &dx, &dy)))
+      snprintf(err, sizeof err, "%s", par_tplayer_error(layer));
+  /* every rank learns whether any failed (the first message wins) */
+  int bad = rc != STRATA_OK, anybad = 0;
+  MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
+  double v[4] = {0, 0, MPI_Wtime() - t0, 0}, mx[4];
+  if (!anybad) {
+    uint64_t sent, recv;
+    par_tplayer_traffic(layer, &sent, &recv);
+    v[0] = (double)sent / steps, v[1] = (double)recv / steps, v[2] /= steps;
+    size_t cur, peak;
+    tensor_memory(tc, TENSOR_CPU, &cur, &peak);
+    v[3] = (double)peak;
+  }
+  MPI_Allreduce(v, mx, 4, MPI_DOUBLE, MPI_MAX, world);
+  int partners = layer ? par_tplayer_partners(layer) : 0;
+  tensor_free(tc, &x), tensor_free(tc, &y), tensor_free(tc, &dy), tensor_free(tc, &dx);
+  par_tplayer_destroy(layer);
+  tensor_ctx_destroy(tc);
+  if (group) comm_destroy(group);
+  if (all) comm_destroy(all);
+  if (anybad) {
+    if (!bad) snprintf(err, sizeof err, "tp_layer: another rank failed");
+    return lstrata_fail(L, err, rc ? rc : STRATA_EINVAL);
+  }
+  double rows = (double)cfg.batch * (double)cfg.seq;
+  lua_createtable(L, 0, 7);
+  lua_pushnumber(L, mx[0]), lua_setfield(L, -2, "sent");
+  lua_pushnumber(L, mx[1]), lua_setfield(L, -2, "recv");
+  lua_pushinteger(L, partners), lua_setfield(L, -2, "partners");
+  lua_pushnumber(L, par_plan_tp_layer_sent(mode, tp, cfg.depth, rows, (double)cfg.hidden, 4)), lua_setfield(L, -2, "formula");
+  lua_pushnumber(L, par_plan_tp_layer_formula(mode, tp, cfg.depth, rows, (double)cfg.hidden, 4)), lua_setfield(L, -2, "papers");
+  lua_pushnumber(L, mx[2]), lua_setfield(L, -2, "seconds");
+  lua_pushnumber(L, mx[3]), lua_setfield(L, -2, "memory");
+  return 1;
+}
+
 int luaopen_strata_model(lua_State *L) {
   static const luaL_Reg gm[] = {{"forward", gpt_forward}, {"backward", gpt_backward},
                                 {"zero_grad", gpt_zero_grad}, {"params", gpt_params},
@@ -436,7 +521,7 @@ int luaopen_strata_model(lua_State *L) {
   lstrata_newclass(L, GPT_MT, gm, gpt_close, gpt_tostring);
   lstrata_newclass(L, OPT_MT, om, opt_close, opt_tostring);
   static const luaL_Reg f[] = {{"gpt", gpt_new}, {"optimizer", opt_new}, {"model_config", model_config},
-                               {NULL, NULL}};
+                               {"tp_layer", tp_layer}, {NULL, NULL}};
   luaL_newlib(L, f);
   return 1;
 }

@@ -45,6 +45,19 @@ STRATA_API int par_mm3d_forward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, co
 /* dx += this rank's piece of dY W^T, dw += its piece of X^T dY. Collective. */
 STRATA_API int par_mm3d_backward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *dw, const tensor_t *dy,
                                  const tensor_t *x, const tensor_t *w);
+/* The same product keeping the forward's gathered X_il and W_lj for the
+ * backward, which then gathers dY alone: Bian et al.'s accounting,
+ * (q - 1)/q (2a + 2b + 2c) bytes sent per rank in all, for a whole block
+ * of X and of W more memory per product. keep (zeroed by the caller) is
+ * freed by par_mm3d_saved_free or a following forward into it. */
+typedef struct {
+  tensor_t x, w;
+} par_mm3d_saved_t;
+STRATA_API int par_mm3d_forward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w,
+                                      par_mm3d_saved_t *keep);
+STRATA_API int par_mm3d_backward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *dw, const tensor_t *dy,
+                                       const par_mm3d_saved_t *keep);
+STRATA_API void par_mm3d_saved_free(tensor_ctx_t *tc, par_mm3d_saved_t *keep);
 STRATA_API const char *par_mm3d_error(const par_mm3d_t *m);
 
 #ifdef __cplusplus

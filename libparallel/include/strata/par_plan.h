@@ -268,6 +268,10 @@ STRATA_API double par_plan_tp_linear_sent(par_tp_mode_t mode, int tp, int depth,
  * (par_plan_tp_linear_sent), the layernorms' row statistics and the vector
  * parameters' gradients summed over their replicas. */
 STRATA_API double par_plan_tp_layer_sent(par_tp_mode_t mode, int tp, int depth, double rows, double hidden, double e);
+/* The same layer's four products by the papers' formulas, the planner's
+ * accounting (docs/planner.md): Megatron's 1D, Optimus' 2D, Tesseract's
+ * 2.5D and Bian et al.'s 3D, without the layernorms and vectors. */
+STRATA_API double par_plan_tp_layer_formula(par_tp_mode_t mode, int tp, int depth, double rows, double hidden, double e);
 STRATA_API int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l,
                                  const par_cluster_t *c, const par_plan_params_t *p,
                                  par_plan_t *out);

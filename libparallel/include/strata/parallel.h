@@ -81,5 +81,6 @@ STRATA_API void par_set_fatal_handler(par_fatal_fn fn, void *arg);
 #include <strata/par_ring.h>
 #include <strata/par_summa.h>
 #include <strata/par_mm3d.h>
+#include <strata/par_tplayer.h>
 
 #endif

@@ -100,52 +100,85 @@ static int check2(par_mm3d_t *m, const char *what, const tensor_t *t) {
   return STRATA_OK;
 }
 
-int par_mm3d_forward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w) {
-  if (!m || !tc) return STRATA_EINVAL;
+void par_mm3d_saved_free(tensor_ctx_t *tc, par_mm3d_saved_t *keep) {
+  if (!keep) return;
+  tensor_free(tc, &keep->x), tensor_free(tc, &keep->w);
+}
+
+/* keep = X_il gathered along j and W_lj along i. */
+static int gather_xw(par_mm3d_t *m, tensor_ctx_t *tc, const tensor_t *x, const tensor_t *w, par_mm3d_saved_t *keep) {
+  int rc, q = m->q;
+  if (keep->x.data && keep->x.shape[0] == x->shape[0] * q && keep->x.shape[1] == x->shape[1] && keep->w.data &&
+      keep->w.shape[0] == w->shape[0] * q && keep->w.shape[1] == w->shape[1]) {
+    /* the buffers of the last forward serve again */
+  } else {
+    par_mm3d_saved_free(tc, keep);
+    if ((rc = buf(m, tc, &keep->x, x->shape[0] * q, x->shape[1])) || (rc = buf(m, tc, &keep->w, w->shape[0] * q, w->shape[1])))
+      return rc;
+  }
+  return (rc = gather(m, 1, &keep->x, x)) ? rc : gather(m, 0, &keep->w, w);
+}
+
+int par_mm3d_forward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w,
+                           par_mm3d_saved_t *keep) {
+  if (!m || !tc || !keep) return STRATA_EINVAL;
   int rc, q = m->q;
   if ((rc = check2(m, "x", x)) || (rc = check2(m, "w", w)) || (rc = check2(m, "y", y))) return rc;
   if (x->shape[1] != w->shape[0] * q || y->shape[0] != x->shape[0] || y->shape[1] != w->shape[1])
     return fail(m, STRATA_ESHAPE, "3D: pieces x %lld x %lld, w %lld x %lld, y %lld x %lld do not make a product",
                 (long long)x->shape[0], (long long)x->shape[1], (long long)w->shape[0], (long long)w->shape[1],
                 (long long)y->shape[0], (long long)y->shape[1]);
-  tensor_t xa = {0}, wb = {0}, yc = {0};
-  if ((rc = buf(m, tc, &xa, x->shape[0] * q, x->shape[1])) || (rc = buf(m, tc, &wb, w->shape[0] * q, w->shape[1])) ||
-      (rc = buf(m, tc, &yc, y->shape[0] * q, y->shape[1])) || (rc = gather(m, 1, &xa, x)) ||
-      (rc = gather(m, 0, &wb, w)))
-    goto done;
-  if ((rc = tensor_matmul(tc, &yc, &xa, &wb, 0, 0, 1.f, 0.f))) {
+  tensor_t yc = {0};
+  if ((rc = gather_xw(m, tc, x, w, keep)) || (rc = buf(m, tc, &yc, y->shape[0] * q, y->shape[1]))) goto done;
+  if ((rc = tensor_matmul(tc, &yc, &keep->x, &keep->w, 0, 0, 1.f, 0.f))) {
     rc = fail(m, rc, "3D: %s", tensor_last_error(tc));
     goto done;
   }
   rc = scatter_add(m, tc, 2, y, &yc, y, 0);
 done:
-  tensor_free(tc, &xa), tensor_free(tc, &wb), tensor_free(tc, &yc);
+  tensor_free(tc, &yc);
   return rc;
 }
 
-int par_mm3d_backward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *dw, const tensor_t *dy,
-                      const tensor_t *x, const tensor_t *w) {
-  if (!m || !tc) return STRATA_EINVAL;
+int par_mm3d_forward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w) {
+  par_mm3d_saved_t keep = {0};
+  int rc = par_mm3d_forward_saved(m, tc, y, x, w, &keep);
+  par_mm3d_saved_free(tc, &keep);
+  return rc;
+}
+
+int par_mm3d_backward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *dw, const tensor_t *dy,
+                            const par_mm3d_saved_t *keep) {
+  if (!m || !tc || !keep) return STRATA_EINVAL;
   int rc, q = m->q;
-  if ((rc = check2(m, "x", x)) || (rc = check2(m, "w", w)) || (rc = check2(m, "dy", dy)) ||
-      (rc = check2(m, "dx", dx)) || (rc = check2(m, "dw", dw)))
+  if ((rc = check2(m, "dy", dy)) || (rc = check2(m, "dx", dx)) || (rc = check2(m, "dw", dw)) ||
+      (rc = check2(m, "the saved x", &keep->x)) || (rc = check2(m, "the saved w", &keep->w)))
     return rc;
-  tensor_t xa = {0}, wb = {0}, gc = {0}, pa = {0}, pb = {0}, px = {0}, pw = {0};
-  if ((rc = buf(m, tc, &xa, x->shape[0] * q, x->shape[1])) || (rc = buf(m, tc, &wb, w->shape[0] * q, w->shape[1])) ||
-      (rc = buf(m, tc, &gc, dy->shape[0] * q, dy->shape[1])) || (rc = buf(m, tc, &pa, x->shape[0] * q, x->shape[1])) ||
-      (rc = buf(m, tc, &pb, w->shape[0] * q, w->shape[1])) || (rc = buf(m, tc, &px, x->shape[0], x->shape[1])) ||
-      (rc = buf(m, tc, &pw, w->shape[0], w->shape[1])) || (rc = gather(m, 1, &xa, x)) ||
-      (rc = gather(m, 0, &wb, w)) || (rc = gather(m, 2, &gc, dy)))
+  const tensor_t *xa = &keep->x, *wb = &keep->w;
+  tensor_t gc = {0}, pa = {0}, pb = {0}, px = {0}, pw = {0};
+  if ((rc = buf(m, tc, &gc, dy->shape[0] * q, dy->shape[1])) || (rc = buf(m, tc, &pa, xa->shape[0], xa->shape[1])) ||
+      (rc = buf(m, tc, &pb, wb->shape[0], wb->shape[1])) || (rc = buf(m, tc, &px, dx->shape[0], dx->shape[1])) ||
+      (rc = buf(m, tc, &pw, dw->shape[0], dw->shape[1])) || (rc = gather(m, 2, &gc, dy)))
     goto done;
   /* dX_il = sum_j dY_ij W_lj^T (along j), dW_lj = sum_i X_il^T dY_ij (along i) */
-  if ((rc = tensor_matmul(tc, &pa, &gc, &wb, 0, 1, 1.f, 0.f)) || (rc = tensor_matmul(tc, &pb, &xa, &gc, 1, 0, 1.f, 0.f))) {
+  if ((rc = tensor_matmul(tc, &pa, &gc, wb, 0, 1, 1.f, 0.f)) || (rc = tensor_matmul(tc, &pb, xa, &gc, 1, 0, 1.f, 0.f))) {
     rc = fail(m, rc, "3D: %s", tensor_last_error(tc));
     goto done;
   }
   if ((rc = scatter_add(m, tc, 1, dx, &pa, &px, 1))) goto done;
   rc = scatter_add(m, tc, 0, dw, &pb, &pw, 1);
 done:
-  tensor_free(tc, &xa), tensor_free(tc, &wb), tensor_free(tc, &gc), tensor_free(tc, &pa), tensor_free(tc, &pb);
-  tensor_free(tc, &px), tensor_free(tc, &pw);
+  tensor_free(tc, &gc), tensor_free(tc, &pa), tensor_free(tc, &pb), tensor_free(tc, &px), tensor_free(tc, &pw);
+  return rc;
+}
+
+int par_mm3d_backward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *dw, const tensor_t *dy,
+                      const tensor_t *x, const tensor_t *w) {
+  if (!m || !tc) return STRATA_EINVAL;
+  int rc;
+  if ((rc = check2(m, "x", x)) || (rc = check2(m, "w", w))) return rc;
+  par_mm3d_saved_t keep = {0};
+  if (!(rc = gather_xw(m, tc, x, w, &keep))) rc = par_mm3d_backward_saved(m, tc, dx, dw, dy, &keep);
+  par_mm3d_saved_free(tc, &keep);
   return rc;
 }

@@ -38,6 +38,7 @@ struct par_tplayer {
   comm_t *tp, *aux; /* 1D's group; a duplicate for get and set (uncounted) */
   par_summa_t *summa;
   par_mm3d_t *m1, *m2;
+  par_mm3d_saved_t keep[4]; /* 3D: each product's gathered input and weight, for its backward */
   comm_t *swap;          /* c with j and l exchanged (the 3D product of a pair's second) */
   comm_t *hid;           /* the ranks sharing this rank's rows (layernorm statistics) */
   comm_t *rep[2][2];     /* per pack, the groups its vector gradients are summed over */
@@ -323,6 +324,7 @@ void par_tplayer_destroy(par_tplayer_t *L) {
                      &L->dqkv, &L->datty, &L->dfch, &L->dgel, &L->stats, &L->gvec};
   for (size_t a = 0; a < sizeof all / sizeof *all; a++) tensor_free(L->tc, all[a]);
   for (int i = 0; i < NPARAM; i++) tensor_free(L->tc, &L->p[i]), tensor_free(L->tc, &L->dp[i]);
+  for (int t = 0; t < 4; t++) par_mm3d_saved_free(L->tc, &L->keep[t]);
   par_mm3d_destroy(L->m2);
   if (L->swap) comm_destroy(L->swap);
   par_mm3d_destroy(L->m1);
@@ -422,7 +424,7 @@ static int lin_forward(par_tplayer_t *L, int t, tensor_t *y, const tensor_t *x) 
     break;
   case PAR_TP_3D: {
     par_mm3d_t *m = t & 1 ? L->m2 : L->m1;
-    if ((rc = par_mm3d_forward(m, L->tc, y, x, w))) return fail(L, rc, "%s", par_mm3d_error(m));
+    if ((rc = par_mm3d_forward_saved(m, L->tc, y, x, w, &L->keep[t]))) return fail(L, rc, "%s", par_mm3d_error(m));
     break;
   }
   }
@@ -449,7 +451,7 @@ static int lin_backward(par_tplayer_t *L, int t, tensor_t *dx, const tensor_t *d
     break;
   case PAR_TP_3D: {
     par_mm3d_t *m = t & 1 ? L->m2 : L->m1;
-    if ((rc = par_mm3d_backward(m, L->tc, dx, dw, dy, x, w))) return fail(L, rc, "%s", par_mm3d_error(m));
+    if ((rc = par_mm3d_backward_saved(m, L->tc, dx, dw, dy, &L->keep[t]))) return fail(L, rc, "%s", par_mm3d_error(m));
     break;
   }
   }

@@ -6,14 +6,34 @@
 
 #include <strata/par_plan.h>
 
+#include "plan_internal.h"
+
+static const double lin_k[4] = {1, 1, 1, 4}, lin_n[4] = {3, 1, 4, 1}; /* qkv, proj, fc, fcproj in units of C */
+
+double par_plan_tp_layer_formula(par_tp_mode_t mode, int tp, int depth, double rows, double hidden, double e) {
+  double sum = 0;
+  for (int t = 0; t < 4; t++) sum += plan_tp_linear_bytes(mode, tp, depth, rows, lin_k[t] * hidden, lin_n[t] * hidden, e);
+  return sum;
+}
+
 static double allreduce_sent(double n, double bytes) { return n > 1 ? 2.0 * (n - 1) / n * bytes : 0.0; }
 
 double par_plan_tp_layer_sent(par_tp_mode_t mode, int tp, int depth, double rows, double hidden, double e) {
-  static const double k[4] = {1, 1, 1, 4}, n[4] = {3, 1, 4, 1}; /* qkv, proj, fc, fcproj in units of C */
+  const double *k = lin_k, *n = lin_n;
   double C = hidden, d = mode == PAR_TP_2P5D ? depth : 1.0, products = 0;
-  for (int t = 0; t < 4; t++) products += par_plan_tp_linear_sent(mode, tp, (int)d, rows, k[t] * C, n[t] * C, e);
-  if (mode == PAR_TP_1D) return products; /* layernorms and vectors whole on every rank */
   double q = mode == PAR_TP_3D ? llround(cbrt((double)tp)) : llround(sqrt((double)tp / d));
+  for (int t = 0; t < 4; t++) {
+    if (mode != PAR_TP_3D) {
+      products += par_plan_tp_linear_sent(mode, tp, (int)d, rows, k[t] * C, n[t] * C, e);
+      continue;
+    }
+    /* the 3D products keep their gathered input and weight for the
+     * backward (par_mm3d_forward_saved): three all-gathers and three
+     * reduce-scatters of whole blocks, (q - 1)/q (2a + 2b + 2c) */
+    double a = rows * k[t] * C * e / (q * q), b = k[t] * C * n[t] * C * e / (q * q), c = rows * n[t] * C * e / (q * q);
+    products += (q - 1) / q * 2 * (a + b + c);
+  }
+  if (mode == PAR_TP_1D) return products; /* layernorms and vectors whole on every rank */
   double rl = mode == PAR_TP_3D ? rows / (q * q) : rows / (d * q); /* this rank's rows */
   /* each layernorm: the rows' sums and their squared deviations in the
    * forward, the two sums of the backward in one message, over the q ranks
