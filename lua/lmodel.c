@@ -430,20 +430,34 @@ static int opt_tostring(lua_State *L) {
  * largest over the ranks), partners, formula (par_plan_tp_layer_sent),
  * papers (the products by the papers' formulas), seconds (per step, the
  * slowest rank), memory (bytes the layer holds per rank, the largest)}, or
- * nil and the message of a shape the mode cannot cut. */
+ * nil and the message of a shape the mode cannot cut. With run = false:
+ * {formula, papers} alone, at any tp, without running (no ranks needed). */
 static int tp_layer(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   static const char *const modes[] = {"1d", "2d", "2.5d", "3d", NULL};
   lua_getfield(L, 1, "mode");
   par_tp_mode_t mode = (par_tp_mode_t)luaL_checkoption(L, -1, "1d", modes);
   lua_pop(L, 1);
+  lua_getfield(L, 1, "run");
+  int run = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  par_tplayer_config_t cfg = {.mode = mode, .depth = field_int(L, 1, "depth", 1), .batch = field_int(L, 1, "batch", 8),
+                              .seq = field_int(L, 1, "seq", 64), .hidden = field_int(L, 1, "hidden", 256),
+                              .heads = field_int(L, 1, "heads", 8), .seed = (uint64_t)field_int(L, 1, "seed", 1)};
+  double rows = (double)cfg.batch * (double)cfg.seq;
+  if (!run) { /* the formulas alone, at any tp */
+    int tp = field_int(L, 1, "tp", 1);
+    lua_createtable(L, 0, 2);
+    lua_pushnumber(L, par_plan_tp_layer_sent(mode, tp, cfg.depth, rows, (double)cfg.hidden, 4));
+    lua_setfield(L, -2, "formula");
+    lua_pushnumber(L, par_plan_tp_layer_formula(mode, tp, cfg.depth, rows, (double)cfg.hidden, 4));
+    lua_setfield(L, -2, "papers");
+    return 1;
+  }
   MPI_Comm world = lstrata_world(L);
   int size, rank;
   MPI_Comm_size(world, &size), MPI_Comm_rank(world, &rank);
   int tp = field_int(L, 1, "tp", size), steps = field_int(L, 1, "steps", 1);
-  par_tplayer_config_t cfg = {.mode = mode, .depth = field_int(L, 1, "depth", 1), .batch = field_int(L, 1, "batch", 8),
-                              .seq = field_int(L, 1, "seq", 64), .hidden = field_int(L, 1, "hidden", 256),
-                              .heads = field_int(L, 1, "heads", 8), .seed = (uint64_t)field_int(L, 1, "seed", 1)};
   if (tp < 1 || size % tp)
     return lstrata_fail(L, lua_pushfstring(L, "tp = %d does not divide the %d ranks", tp, size), STRATA_EINVAL);
   if (steps < 1) return lstrata_fail(L, "steps must be at least 1", STRATA_EINVAL);
@@ -496,7 +510,6 @@ static int tp_layer(lua_State *L) {
     if (!bad) snprintf(err, sizeof err, "tp_layer: another rank failed");
     return lstrata_fail(L, err, rc ? rc : STRATA_EINVAL);
   }
-  double rows = (double)cfg.batch * (double)cfg.seq;
   lua_createtable(L, 0, 7);
   lua_pushnumber(L, mx[0]), lua_setfield(L, -2, "sent");
   lua_pushnumber(L, mx[1]), lua_setfield(L, -2, "recv");
