@@ -49,7 +49,7 @@ local sections = {
     microbatches = {t = INT, min = 1, max = 1 << 20,
                     doc = "microbatches per step through the pipeline (the same as train.accum)"},
     sp = {t = INT, min = 1, max = 4096, default = 1,
-          doc = "sequence parallelism by ring self-attention: sp consecutive ranks share each sequence, T / sp tokens each (divides model.seq; with tp = pp = 1)"},
+          doc = "sequence parallelism by ring self-attention: sp consecutive ranks share each sequence, T / sp tokens each (divides model.seq; with dp and tp, pp = 1)"},
     zero = {t = INT, min = 0, max = 3, default = 0,
             doc = "ZeRO stage: 1 shards the optimizer state over dp, 2 the gradients too, 3 the parameters too"},
     bucket_mb = {t = NUM, gt = 0, max = 1 << 20, default = 25,
@@ -365,9 +365,9 @@ local function check_relations(c, loc)
           string.format("does not divide the %d tokens per sample (ring self-attention gives each rank T / sp)",
                         t.seq or m.seq))
   end
-  if c.parallel.sp > 1 and (c.parallel.tp > 1 or c.parallel.pp > 1 or c.offload.policy == "chunks") then
+  if c.parallel.sp > 1 and (c.parallel.pp > 1 or c.parallel.seq_parallel or c.offload.policy == "chunks") then
     raise(loc("parallel.sp"), "parallel.sp", c.parallel.sp,
-          "ring self-attention runs with data parallelism and ZeRO only (parallel.tp = parallel.pp = 1, no chunk offload) in this version")
+          "ring self-attention runs with data and tensor parallelism and ZeRO (parallel.pp = 1, no parallel.seq_parallel, no chunk offload) in this version")
   end
   if c.parallel.seq_parallel and c.parallel.tp < 2 then
     raise(loc("parallel.seq_parallel"), "parallel.seq_parallel", true, "needs parallel.tp > 1 (it splits tensor parallelism's whole regions)")

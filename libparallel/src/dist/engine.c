@@ -100,11 +100,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   MPI_Comm_rank(world, &e->wrank), MPI_Comm_size(world, &e->wsize);
   if (par_layout_validate(mc, lay, e->wsize, why, sizeof why) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
-  if (lay->sp > 1 && (lay->tp > 1 || lay->pp > 1 || e->opts.offload_chunks))
+  if (lay->sp > 1 && (lay->seq_parallel || lay->pp > 1 || e->opts.offload_chunks))
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
-                       "layout sp %d: ring self-attention trains with data parallelism and ZeRO, without tensor or "
-                       "pipeline parallelism or the chunk policy (tp %d, pp %d) in this version",
-                       lay->sp, lay->tp, lay->pp);
+                       "layout sp %d: ring self-attention trains with data and tensor parallelism and ZeRO, without "
+                       "Megatron's sequence parallelism, pipeline parallelism or the chunk policy (pp %d) in this version",
+                       lay->sp, lay->pp);
   e->sp = lay->sp;
   if (lay->offload_params != PAR_TIER_DEVICE || lay->offload_gradients != PAR_TIER_DEVICE)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
@@ -150,9 +150,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   if (crc == STRATA_OK && e->pp > 1) crc = comm_from_mpi(&e->ppc, ppm, &cc);
   if (crc == STRATA_OK && e->pp > 1 && embm != MPI_COMM_NULL) crc = comm_from_mpi(&e->embc, embm, &cc);
   if (crc == STRATA_OK && split) crc = comm_from_mpi(&e->wc, world, &cc);
-  if (crc == STRATA_OK && lay->sp > 1) { /* ring self-attention: sp consecutive ranks share the sequences */
+  if (crc == STRATA_OK && lay->sp > 1) { /* ring self-attention: the sp ranks of consecutive data-parallel
+                                          * places (with this tensor rank) share the sequences */
     MPI_Comm ringm = MPI_COMM_NULL;
-    if (MPI_Comm_split(world, e->wrank / lay->sp, e->wrank % lay->sp, &ringm) != MPI_SUCCESS)
+    if (MPI_Comm_split(world, e->wrank / (tp * lay->sp) * tp + tpr, dpr % lay->sp, &ringm) != MPI_SUCCESS)
       return engine_fail(e, 0, STRATA_EMPI, "cannot split the run's ranks into sequence groups");
     crc = comm_from_mpi(&e->ringc, ringm, &cc);
     MPI_Comm_free(&ringm);

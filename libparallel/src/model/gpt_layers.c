@@ -91,8 +91,9 @@ int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids) {
     T_(tensor_embedding_forward(m->tc, out, ids, &m->wte, &wpe));
     return rc;
   }
-  tensor_t *sum = m->sp ? &m->dfull : out; /* sequence parallel: reduce-scattered to the chunk */
-  T_(tensor_embedding_slice_forward(m->tc, sum, ids, &m->wte, m->tp_rank == 0 ? &m->wpe : NULL, vocab_lo(m)));
+  tensor_t *sum = m->sp ? &m->dfull : out, wpe; /* sequence parallel: reduce-scattered to the chunk */
+  if ((rc = ring_rows(m, &wpe, &m->wpe, ids->shape[1]))) return rc;
+  T_(tensor_embedding_slice_forward(m->tc, sum, ids, &m->wte, m->tp_rank == 0 ? &wpe : NULL, vocab_lo(m)));
   rc = m->sp ? sp_scatter(m, out, sum) : gpt_tp_allreduce(m, out);
 fail:
   return rc;
@@ -104,8 +105,11 @@ int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids) 
     tensor_t dwpe;
     if ((rc = ring_rows(m, &dwpe, &m->dwpe, ids->shape[1]))) return rc;
     T_(tensor_embedding_backward(m->tc, &m->dwte, &dwpe, dout, ids));
-  } else if (!m->sp) T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, dout, ids, vocab_lo(m)));
-  else { /* the whole gradient on every rank: the positions' is then complete on each */
+  } else if (!m->sp) {
+    tensor_t dwpe; /* (ring self-attention: this rank's positions) */
+    if ((rc = ring_rows(m, &dwpe, &m->dwpe, ids->shape[1]))) return rc;
+    T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &dwpe, dout, ids, vocab_lo(m)));
+  } else { /* the whole gradient on every rank: the positions' is then complete on each */
     if ((rc = sp_gather(m, &m->dfull, dout))) goto fail;
     T_(tensor_embedding_slice_backward(m->tc, &m->dwte, &m->dwpe, &m->dfull, ids, vocab_lo(m)));
   }

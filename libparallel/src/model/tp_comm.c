@@ -29,13 +29,14 @@ int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n
 
 int gpt_ring_forward(par_gpt_t *m, gpt_acts_t *a) {
   char err[512];
-  int rc = par_ring_attention_forward(m->ring, m->tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads, err, sizeof err);
+  int rc = par_ring_attention_forward(m->ring, m->tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size, err,
+                                      sizeof err); /* this tensor rank's heads */
   return rc ? gpt_seterr(m, rc, "%s", err) : STRATA_OK;
 }
 
 int gpt_ring_backward(par_gpt_t *m, gpt_acts_t *a) {
   char err[512];
-  int rc = par_ring_attention_backward(m->ring, m->tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse, m->cfg.heads,
-                                       err, sizeof err);
+  int rc = par_ring_attention_backward(m->ring, m->tc, &m->dqkv, &m->datty, &a->qkv, &a->atty, &a->lse,
+                                       m->cfg.heads / m->tp_size, err, sizeof err);
   return rc ? gpt_seterr(m, rc, "%s", err) : STRATA_OK;
 }
