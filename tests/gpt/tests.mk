@@ -14,3 +14,5 @@ $(eval $(call strata_program,summa_equiv,tests/gpt/summa_equiv.c,parallel))
 $(eval $(call strata_program,mm3d_equiv,tests/gpt/mm3d_equiv.c,parallel))
 # One transformer layer under 1D, 2D, 2.5D and 3D tensor parallelism against the serial layer.
 $(eval $(call strata_program,tplayer_equiv,tests/gpt/tplayer_equiv.c,parallel))
+# The GPT model under 2D, 2.5D and 3D tensor parallelism against the serial model.
+$(eval $(call strata_program,tpgpt_equiv,tests/gpt/tpgpt_equiv.c,parallel))

@@ -71,8 +71,19 @@ typedef enum {
   PAR_GPT_SPLIT_NONE = 0, /* replicated: layernorms, row-parallel biases, embeddings */
   PAR_GPT_SPLIT_ROWS,     /* rows [r n/t, (r+1) n/t): column-parallel weights and their biases */
   PAR_GPT_SPLIT_COLS,     /* columns [r n/t, (r+1) n/t): row-parallel weights */
-  PAR_GPT_SPLIT_QKV       /* rows of each third (q, k, v): the heads [r NH/t, (r+1) NH/t) */
+  PAR_GPT_SPLIT_QKV,      /* rows of each third (q, k, v): the heads [r NH/t, (r+1) NH/t) */
+  PAR_GPT_SPLIT_BLOCK     /* 2D, 2.5D, 3D (par_gpt_options_t.tp_mode): the block that `block` describes */
 } par_gpt_split_t;
+
+/* A rank's block of a parameter under the 2D, 2.5D and 3D layouts: of the
+ * whole tensor's rows, cut in `parts` equal parts of part_rows (q, k and v),
+ * the rows [row0, row0 + shape[0] / parts) of each part, and the columns
+ * [col0, col0 + shape[1]). replica 0 marks the one copy of a block that
+ * several ranks hold alike (norms and checkpoints count it once). */
+typedef struct {
+  int64_t row0, col0, part_rows;
+  int parts, replica;
+} par_gpt_block_t;
 
 /* One named parameter view into the flat arrays. */
 typedef struct {
@@ -84,6 +95,7 @@ typedef struct {
   int decay;           /* 1: weight decay applies (matrices, embeddings); 0: biases, layernorm */
   int64_t global[2];   /* the global shape */
   int split;           /* par_gpt_split_t over the tensor group */
+  par_gpt_block_t block; /* split PAR_GPT_SPLIT_BLOCK: which block of the whole this rank holds */
 } par_gpt_view_t;
 
 /* Where and how the model computes. */
@@ -129,6 +141,18 @@ typedef struct {
    * over the tensor group (each rank keeps B T / t of its rows) and
    * all-gathered before the block is recomputed in backward. */
   int partition_activations;
+  /* With tp: the layout of the tensor group (par_tp_mode_t of
+   * strata/parallel.h): 0 Megatron's 1D (above); 1 2D (Optimus: SUMMA over
+   * a q x q mesh, tp = q^2), 2 2.5D (Tesseract: tp_depth stacked q x q
+   * meshes), 3 3D (Bian et al.: a q x q x q cube). Under 2D, 2.5D and 3D
+   * every weight is cut in blocks (par_gpt_block_t), the activations by
+   * rows (whole sequences: B must divide over the row blocks) and columns,
+   * the layernorms' statistics summed along the rows; the embedding and the
+   * tied head keep the columns of the residual stream that the rank holds
+   * (the whole vocabulary), the logits summed over the ranks that share the
+   * rows (strata/par_tplayer.h). CPU, one stage, no sequence or ring
+   * parallelism, no partitioned checkpoints in this version. */
+  int tp_mode, tp_depth;
   /* Sequence parallelism by ring self-attention (Li et al., arXiv
    * 2105.13120) over this group of sp ranks (borrowed; NULL: none): each
    * rank runs the model on its Tl tokens of every sequence, at positions

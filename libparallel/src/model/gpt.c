@@ -62,7 +62,7 @@ double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
 /* A view of global shape (d0, d1) split over the tensor group as `split`
  * says: this rank holds shape[] of it. */
 static void add_view(par_gpt_t *m, char **names, size_t *off, view_init_t *inits, const char *name,
-                     int ndim, int64_t d0, int64_t d1, int decay, int init, float std, int split) {
+                     int ndim, int64_t d0, int64_t d1, int decay, int init, float std, int split, int which) {
   par_gpt_view_t *v = &m->views[m->nviews];
   int t = m->tp_size;
   v->name = *names;
@@ -73,6 +73,7 @@ static void add_view(par_gpt_t *m, char **names, size_t *off, view_init_t *inits
   v->split = t > 1 ? split : PAR_GPT_SPLIT_NONE;
   v->shape[0] = v->split == PAR_GPT_SPLIT_ROWS || v->split == PAR_GPT_SPLIT_QKV ? d0 / t : d0;
   v->shape[1] = ndim < 2 ? 0 : v->split == PAR_GPT_SPLIT_COLS ? d1 / t : d1;
+  if (m->md) gpt_md_view(m, v, which, d0); /* 2D, 2.5D, 3D: its block */
   v->numel = (size_t)v->shape[0] * (ndim > 1 ? (size_t)v->shape[1] : 1);
   v->decay = decay;
   inits[m->nviews].init = init;
@@ -165,6 +166,26 @@ int gpt_ring_backward(par_gpt_t *m, gpt_acts_t *a) {
   (void)m, (void)a;
   return STRATA_EUNSUPPORTED;
 }
+int gpt_md_create(par_gpt_t *m) {
+  (void)m;
+  return gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: 2D, 2.5D and 3D tensor parallelism need libcomm");
+}
+void gpt_md_destroy(par_gpt_t *m) { (void)m; }
+void gpt_md_view(par_gpt_t *m, par_gpt_view_t *v, int which, int64_t d0) { (void)m, (void)v, (void)which, (void)d0; }
+void gpt_md_free_acts(par_gpt_t *m) { (void)m; }
+int gpt_md_prepare(par_gpt_t *m, int B, int T) { return (void)m, (void)B, (void)T, STRATA_EUNSUPPORTED; }
+int gpt_md_embed_forward(par_gpt_t *m, tensor_t *out) { return (void)m, (void)out, STRATA_EUNSUPPORTED; }
+int gpt_md_embed_backward(par_gpt_t *m) { return (void)m, STRATA_EUNSUPPORTED; }
+int gpt_md_block_forward(par_gpt_t *m, int l, int set, const tensor_t *x, tensor_t *y) {
+  return (void)m, (void)l, (void)set, (void)x, (void)y, STRATA_EUNSUPPORTED;
+}
+int gpt_md_block_backward(par_gpt_t *m, int l, int set, const tensor_t *x) {
+  return (void)m, (void)l, (void)set, (void)x, STRATA_EUNSUPPORTED;
+}
+int gpt_md_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss) {
+  return (void)m, (void)x, (void)with_loss, (void)loss, STRATA_EUNSUPPORTED;
+}
+int gpt_md_head_backward(par_gpt_t *m, const tensor_t *x) { return (void)m, (void)x, STRATA_EUNSUPPORTED; }
 #endif
 
 int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {
@@ -189,6 +210,18 @@ static int fill_split_view(par_gpt_t *m, int i, uint64_t seed, float *dst) {
   if (m->inits[i].init != INIT_NORMAL) {
     tensor_t t = tensor_view1(dst, TENSOR_F32, m->device, (int64_t)v->numel);
     return tensor_fill(m->tc, &t, m->inits[i].init == INIT_ONES ? 1.f : 0.f);
+  }
+  if (v->split == PAR_GPT_SPLIT_BLOCK) { /* each part's rectangle of the whole */
+    const par_gpt_block_t *bk = &v->block;
+    int64_t rows = v->shape[0] / bk->parts, cols = v->ndim > 1 ? v->shape[1] : 1, shape[2] = {rows, cols};
+    for (int k = 0; k < bk->parts; k++) {
+      tensor_slice_t sl = {.ndim = v->ndim, .shape = {v->global[0], v->global[1]},
+                           .start = {k * bk->part_rows + bk->row0, bk->col0}};
+      tensor_t t = tensor_view(dst + (size_t)(k * rows * cols), TENSOR_F32, m->device, v->ndim, shape);
+      int rc = tensor_fill_normal(m->tc, &t, seed, v->name, &sl, 0.f, m->inits[i].std);
+      if (rc) return rc;
+    }
+    return STRATA_OK;
   }
   int pieces = v->split == PAR_GPT_SPLIT_QKV ? 3 : 1;
   int64_t rows = v->shape[0] / pieces, cols = v->ndim > 1 ? v->shape[1] : 1;
@@ -275,14 +308,22 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
       gpt_seterr(NULL, rc, "par_gpt_create: tensor parallelism needs libcomm, which this build of the model lacks");
       goto fail;
     }
-    if (m->tp_size < 1 || cfg->heads % m->tp_size) {
+    if (m->opts.tp_mode != 0) { /* 2D, 2.5D, 3D: the mesh checks the shapes (gpt_md_create) */
+      if (m->opts.seq_parallel || m->opts.stages > 1 || m->opts.partition_activations || m->opts.device >= 0 ||
+          (m->ring && m->ring_size > 1)) {
+        rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED,
+                        "par_gpt_create: 2D, 2.5D and 3D tensor parallelism run on the CPU in one stage, without "
+                        "sequence or ring parallelism or partitioned checkpoints, in this version");
+        goto fail;
+      }
+    } else if (m->tp_size < 1 || cfg->heads % m->tp_size) {
       rc = gpt_seterr(NULL, STRATA_EINVAL, "par_gpt_create: %d heads do not divide over a tensor-parallel group of %d",
                       cfg->heads, m->tp_size);
       goto fail;
     }
     m->sp = m->opts.seq_parallel && m->tp_size > 1;
     m->part = m->opts.partition_activations && cfg->recompute && m->tp_size > 1 && !m->sp;
-    if (cfg->vocab % m->tp_size) {
+    if (m->opts.tp_mode == 0 && cfg->vocab % m->tp_size) {
       rc = gpt_seterr(NULL, STRATA_EINVAL,
                       "par_gpt_create: a vocabulary of %d does not divide over a tensor-parallel group of %d "
                       "(pad it to a multiple, as Megatron does)",
@@ -327,6 +368,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
     gpt_seterr(NULL, rc, "par_gpt_create: tensor context (threads %d, device %d)", to.threads, to.device);
     goto fail;
   }
+  if (m->tp && m->opts.tp_mode != 0 && (rc = gpt_md_create(m))) goto fail;
   int L = cfg->layers;
   int64_t C = cfg->hidden, V = cfg->vocab, Tm = cfg->seq;
   int nv = 4 + 12 * L;
@@ -341,13 +383,15 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   char *names = m->names, nm[32];
   size_t off = 0;
   float std = 0.02f, pstd = 0.02f / sqrtf(2.f * L);
-  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_ROWS); /* vocab-parallel */
-  add_view(m, &names, &off, inits, "wpe", 2, Tm, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_NONE);
+  add_view(m, &names, &off, inits, "wte", 2, V, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_ROWS, -1); /* vocab-parallel */
+  add_view(m, &names, &off, inits, "wpe", 2, Tm, C, 1, INIT_NORMAL, std, PAR_GPT_SPLIT_NONE, -2);
   for (int l = 0; l < L; l++) {
+    int which = 0; /* the block parameter's index (tpl_param_names' order) */
 #define V1(suffix, n, dec, init, s, sp)                                                            \
-  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 1, n, 0, dec, init, s, sp)
+  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 1, n, 0, dec, init, s, sp, which++)
 #define V2(suffix, r, c, s, sp)                                                                    \
-  snprintf(nm, sizeof nm, "h.%d." suffix, l), add_view(m, &names, &off, inits, nm, 2, r, c, 1, INIT_NORMAL, s, sp)
+  snprintf(nm, sizeof nm, "h.%d." suffix, l),                                                      \
+      add_view(m, &names, &off, inits, nm, 2, r, c, 1, INIT_NORMAL, s, sp, which++)
     V1("ln_1.w", C, 0, INIT_ONES, 0, PAR_GPT_SPLIT_NONE);
     V1("ln_1.b", C, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
     V2("attn.qkv.w", 3 * C, C, std, PAR_GPT_SPLIT_QKV);
@@ -363,8 +407,8 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
 #undef V1
 #undef V2
   }
-  add_view(m, &names, &off, inits, "ln_f.w", 1, C, 0, 0, INIT_ONES, 0, PAR_GPT_SPLIT_NONE);
-  add_view(m, &names, &off, inits, "ln_f.b", 1, C, 0, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE);
+  add_view(m, &names, &off, inits, "ln_f.w", 1, C, 0, 0, INIT_ONES, 0, PAR_GPT_SPLIT_NONE, -3);
+  add_view(m, &names, &off, inits, "ln_f.b", 1, C, 0, 0, INIT_ZEROS, 0, PAR_GPT_SPLIT_NONE, -3);
   m->inits = inits, inits = NULL; /* (fill_split_view reads m->inits) */
   int64_t n = (int64_t)off;
   /* With external storage the caller binds every region (par_gpt_bind). */
@@ -396,6 +440,7 @@ fail:
 
 /* Frees the buffers of the slot in use. */
 static void free_acts(par_gpt_t *m) {
+  if (m->md) gpt_md_free_acts(m);
   tensor_free(m->tc, &m->act_store);
   tensor_free(m->tc, &m->ids_store);
   free(m->x), free(m->acts), free(m->host_losses), free(m->host_ids);
@@ -456,6 +501,7 @@ void par_gpt_destroy(par_gpt_t *m) {
     if (m->slots) free_slots(m);
     tensor_free(m->tc, &m->params);
     tensor_free(m->tc, &m->grads);
+    gpt_md_destroy(m);
     tensor_ctx_destroy(m->tc);
   }
   free(m->views), free(m->names), free(m->blocks), free(m->inits), free(m->held), free(m->slots);
@@ -467,6 +513,7 @@ void par_gpt_destroy(par_gpt_t *m) {
  * they hold. Only the held blocks get activations; only the stage that
  * holds the head gets its buffers (logits, losses). */
 int gpt_prepare(par_gpt_t *m, int B, int T) {
+  if (m->md) return gpt_md_prepare(m, B, T);
   int rc = STRATA_OK;
   int t = m->tp_size, L = m->cfg.layers, NH = m->cfg.heads / t;
   int64_t C = m->cfg.hidden, V = m->cfg.vocab, R = (int64_t)B * T;

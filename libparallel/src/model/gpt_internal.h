@@ -6,6 +6,9 @@
 #include <strata/par_gpt.h>
 #include <strata/tensor.h>
 
+struct tpl_mesh; /* tpl_internal.h (2D, 2.5D and 3D: over libcomm) */
+struct tpl_acts;
+
 #define GPT_ERRLEN 512
 #define GPT_LN_EPS 1e-5f
 
@@ -104,6 +107,14 @@ struct par_gpt {
   tensor_t dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
   float *host_losses; /* R losses (tensor parallelism: then R lse, t R gathered lse) */
   int32_t *host_ids;
+  /* 2D, 2.5D, 3D (opts.tp_mode; gpt_md.c): the mesh, each held block's
+   * activations (one set with recompute), this rank's rows of the batch,
+   * and the embedding's, head's and final layernorm's gradients of one
+   * backward before they are summed over their replicas */
+  struct tpl_mesh *md;
+  struct tpl_acts *tacts;
+  int64_t md_rows, md_row0;
+  tensor_t md_embg;
   char err[GPT_ERRLEN];
 };
 
@@ -137,5 +148,22 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
 int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x);
 int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss);
 int gpt_head_backward(par_gpt_t *m, const tensor_t *x);
+
+/* ---- 2D, 2.5D and 3D tensor parallelism (tp_md.c, over libcomm; stubs in
+ * gpt.c under GPT_WITHOUT_COMM) ---- */
+/* The mesh over m->tp for opts.tp_mode (after m->tc exists). */
+int gpt_md_create(par_gpt_t *m);
+void gpt_md_destroy(par_gpt_t *m);
+/* The block of the whole tensor a view holds: block parameter i of
+ * tpl_param_names, or -1 wte, -2 wpe, -3 a final layernorm vector; rows d0. */
+void gpt_md_view(par_gpt_t *m, par_gpt_view_t *v, int which, int64_t d0);
+int gpt_md_prepare(par_gpt_t *m, int B, int T);
+void gpt_md_free_acts(par_gpt_t *m);
+int gpt_md_embed_forward(par_gpt_t *m, tensor_t *out);
+int gpt_md_embed_backward(par_gpt_t *m);
+int gpt_md_block_forward(par_gpt_t *m, int l, int set, const tensor_t *x, tensor_t *y);
+int gpt_md_block_backward(par_gpt_t *m, int l, int set, const tensor_t *x);
+int gpt_md_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss);
+int gpt_md_head_backward(par_gpt_t *m, const tensor_t *x);
 
 #endif

@@ -85,6 +85,7 @@ static int ring_rows(par_gpt_t *m, tensor_t *w, const tensor_t *full, int64_t T)
 
 int gpt_embed_forward(par_gpt_t *m, tensor_t *out, const tensor_t *ids) {
   int rc = STRATA_OK;
+  if (m->md) return gpt_md_embed_forward(m, out);
   if (m->tp_size < 2) {
     tensor_t wpe;
     if ((rc = ring_rows(m, &wpe, &m->wpe, ids->shape[1]))) return rc;
@@ -101,6 +102,7 @@ fail:
 
 int gpt_embed_backward(par_gpt_t *m, const tensor_t *dout, const tensor_t *ids) {
   int rc = STRATA_OK;
+  if (m->md) return gpt_md_embed_backward(m);
   if (m->tp_size < 2) {
     tensor_t dwpe;
     if ((rc = ring_rows(m, &dwpe, &m->dwpe, ids->shape[1]))) return rc;
@@ -229,6 +231,7 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
   int rc = STRATA_OK;
   gpt_block_t *k = &m->blocks[l];
   tensor_ctx_t *tc = m->tc;
+  if (m->md) return gpt_md_block_forward(m, l, m->cfg.recompute ? 0 : l, x, y);
   if (m->sp) return sp_block_forward(m, l, a, x, y);
   T_(tensor_layernorm_forward(tc, &a->ln1, &a->ln1_mean, &a->ln1_rstd, x, &k->ln1.w, &k->ln1.b, GPT_LN_EPS));
   T_(tensor_linear_forward(tc, &a->qkv, &a->ln1, &k->qkv.w, &k->qkv.b));
@@ -256,6 +259,7 @@ int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
   int rc = STRATA_OK;
   gpt_block_t *k = &m->blocks[l];
   tensor_ctx_t *tc = m->tc;
+  if (m->md) return gpt_md_block_backward(m, l, m->cfg.recompute ? 0 : l, x);
   if (m->sp) return sp_block_backward(m, l, a, x);
   T_(tensor_zero(tc, &m->dfch_gelu));
   T_(tensor_linear_backward(tc, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dres, &a->fch_gelu,
@@ -288,6 +292,7 @@ fail:
 int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss) {
   int rc = STRATA_OK;
   tensor_ctx_t *tc = m->tc;
+  if (m->md) return gpt_md_head_forward(m, x, with_loss, loss);
   if (m->sp) { /* on this rank's tokens, then gathered for the vocabulary-parallel head */
     T_(tensor_layernorm_forward(tc, &m->tmp, &m->lnf_mean, &m->lnf_rstd, x, &m->lnf.w, &m->lnf.b, GPT_LN_EPS));
     if ((rc = sp_gather(m, &m->lnf_out, &m->tmp))) goto fail;
@@ -318,6 +323,7 @@ fail:
 int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
   int rc = STRATA_OK;
   tensor_ctx_t *tc = m->tc;
+  if (m->md) return gpt_md_head_backward(m, x);
   int64_t R = (int64_t)m->B * m->T, count = 0;
   for (int64_t i = 0; i < R; i++) count += m->host_ids[i] >= 0;
   T_(tensor_zero(tc, &m->dlogits));

@@ -1,6 +1,6 @@
 /* The multi-dimensional tensor-parallel layer's pieces (tplayer.c), shared
  * by strata/par_tplayer.h's standalone layer and the GPT model's 2D, 2.5D
- * and 3D layouts (gpt_md.c): the mesh and this rank's place in it, the
+ * and 3D layouts (tp_md.c): the mesh and this rank's place in it, the
  * parameters' parts, one block's forward and backward on parameters and
  * activations held by the caller, and the partitioned layernorm. */
 #ifndef STRATA_TPL_INTERNAL_H
@@ -53,7 +53,7 @@ typedef struct tpl_mesh {
 } tpl_mesh_t;
 
 /* One block's activations kept from its forward for its backward. */
-typedef struct {
+typedef struct tpl_acts {
   tensor_t ln1, mean1, rstd1, qkv, atty, lse, res2, ln2, mean2, rstd2, fch, gel;
   par_mm3d_saved_t keep[4];
   int64_t rows;
