@@ -17,6 +17,10 @@ static inline void tp_slice_view(const par_gpt_view_t *tv, const float *serial, 
       if (tv->split == PAR_GPT_SPLIT_ROWS) gi = r * R + i;
       else if (tv->split == PAR_GPT_SPLIT_COLS) gj = r * C + j;
       else if (tv->split == PAR_GPT_SPLIT_QKV) gi = (i / (R / 3)) * (tv->global[0] / 3) + r * (R / 3) + i % (R / 3);
+      else if (tv->split == PAR_GPT_SPLIT_BLOCK) { /* 2D, 2.5D, 3D: the block the view names */
+        int64_t pr = R / tv->block.parts;
+        gi = (i / pr) * tv->block.part_rows + tv->block.row0 + i % pr, gj = tv->block.col0 + j;
+      }
       out[i * C + j] = serial[gi * GC + gj];
     }
 }

@@ -10,3 +10,5 @@ $(eval $(call strata_program,pp_engine,tests/train/pp_engine.c,parallel))
 $(eval $(call strata_program,offload_engine,tests/train/offload_engine.c,parallel))
 # Sequence parallelism by ring self-attention against the serial run.
 $(eval $(call strata_program,sp_engine,tests/train/sp_engine.c,parallel))
+# The engine with 2D, 2.5D and 3D tensor parallelism against the serial run.
+$(eval $(call strata_program,tpmd_engine,tests/train/tpmd_engine.c,parallel))

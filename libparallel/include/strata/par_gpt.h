@@ -186,6 +186,10 @@ STRATA_API const char *par_gpt_create_error(void);
 STRATA_API void par_gpt_destroy(par_gpt_t *model);
 /* The last error of this model ("" if none); owned by the model. */
 STRATA_API const char *par_gpt_last_error(const par_gpt_t *model);
+/* Under 2D, 2.5D and 3D tensor parallelism: the bytes this rank has sent on
+ * the model's tensor-parallel groups (libcomm's counters of its meshes) so
+ * far; STRATA_EINVAL under the other layouts. */
+STRATA_API int par_gpt_tp_sent(const par_gpt_t *model, uint64_t *sent);
 
 /* Forward pass over B sequences of T <= cfg.seq tokens. tokens and targets
  * are host arrays of B*T int32 (borrowed for the call; ids in [0, V); a

@@ -100,6 +100,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   MPI_Comm_rank(world, &e->wrank), MPI_Comm_size(world, &e->wsize);
   if (par_layout_validate(mc, lay, e->wsize, why, sizeof why) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
+  if (lay->tp_mode != PAR_TP_1D && (lay->pp > 1 || lay->sp > 1 || e->opts.offload_chunks))
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
+                       "layout: 2D, 2.5D and 3D tensor parallelism train with data parallelism and ZeRO, without "
+                       "pipeline or sequence parallelism or the chunk policy (pp %d, sp %d) in this version",
+                       lay->pp, lay->sp);
   if (lay->sp > 1 && (lay->seq_parallel || lay->pp > 1 || e->opts.offload_chunks))
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout sp %d: ring self-attention trains with data and tensor parallelism and ZeRO, without "
@@ -201,8 +206,12 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     int k = snprintf(pipe, sizeof pipe, " schedule=%s microbatches=%d", scheds[lay->schedule], e->accum);
     if (e->interleave > 1) snprintf(pipe + k, sizeof pipe - (size_t)k, " interleave=%d", e->interleave);
   }
+  char tpmode[32] = "";
+  if (lay->tp_mode == PAR_TP_2P5D) snprintf(tpmode, sizeof tpmode, " tp_mode=2.5d tp_depth=%d", lay->tp_depth);
+  else if (lay->tp_mode != PAR_TP_1D) snprintf(tpmode, sizeof tpmode, " tp_mode=%s", lay->tp_mode == PAR_TP_2D ? "2d" : "3d");
   snprintf(e->layout_desc, sizeof e->layout_desc,
-           "dp=%d tp=%d%s%s pp=%d%s sp=%d zero=%d precision=%s%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           "dp=%d tp=%d%s%s%s pp=%d%s sp=%d zero=%d precision=%s%s ranks=%d threads=%d", lay->dp, e->tp_size,
+           tpmode,
            lay->seq_parallel ? " seq_parallel" : "", lay->partition_activations ? " partition_activations" : "", e->pp,
            pipe, e->sp, e->zero, precs[lay->precision],
            lay->offload_optimizer == PAR_TIER_CPU    ? " offload=optimizer"
@@ -226,7 +235,8 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   par_gpt_options_t go = PAR_GPT_OPTIONS_DEFAULTS;
   go.threads = e->opts.threads;
   go.external = 1; /* the engine holds parameters and gradients, sharded */
-  go.tp = e->tpc;   /* Megatron's tensor parallelism inside the model */
+  go.tp = e->tpc;   /* tensor parallelism inside the model: Megatron's, or 2D, 2.5D, 3D */
+  go.tp_mode = (int)lay->tp_mode, go.tp_depth = lay->tp_depth;
   go.seq_parallel = lay->seq_parallel;
   go.stages = e->pp, go.stage = e->stage, go.interleave = e->interleave;
   go.partition_activations = lay->partition_activations;
@@ -463,9 +473,11 @@ static int sum_split_views(par_engine_t *e, double *vsq, int w) {
   double *keep = e->vsq + (size_t)nv * (size_t)w; /* the replicated views' own sums */
   for (int i = 0; i < nv; i++)
     for (int k = 0; k < w; k++) {
-      int split = par_gpt_view(e->model, i)->split != PAR_GPT_SPLIT_NONE;
+      const par_gpt_view_t *v = par_gpt_view(e->model, i);
+      int split = v->split != PAR_GPT_SPLIT_NONE;
       keep[(size_t)i * w + k] = split ? 0 : vsq[(size_t)i * w + k];
-      if (!split) vsq[(size_t)i * w + k] = 0;
+      if (!split || (v->split == PAR_GPT_SPLIT_BLOCK && v->block.replica)) vsq[(size_t)i * w + k] = 0; /* (a
+        block that several ranks hold alike counts on its one replica 0) */
     }
   if ((rc = comm_allreduce(e->tpc, vsq, vsq, (size_t)nv * w, COMM_F64, COMM_SUM)))
     return engine_fail(e, 0, rc, "%s", comm_last_error(e->tpc));

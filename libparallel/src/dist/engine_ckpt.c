@@ -63,6 +63,11 @@ static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_
       int64_t row = i / cols, col = i % cols;
       g = row * G + (int64_t)r * cols + col;
       run = cols - col < run ? cols - col : run;
+    } else if (v->split == PAR_GPT_SPLIT_BLOCK) { /* a rectangle of each part: rows of its columns */
+      const par_gpt_block_t *b = &v->block;
+      int64_t row = i / cols, col = i % cols, pr = v->shape[0] / b->parts;
+      g = ((row / pr) * b->part_rows + b->row0 + row % pr) * G + b->col0 + col;
+      run = cols - col < run ? cols - col : run;
     }
     if (*nr > 0 && off[*nr - 1] + cnt[*nr - 1] == g) cnt[*nr - 1] += run;
     else off[*nr] = g, cnt[*nr] = run, (*nr)++;
@@ -72,12 +77,15 @@ static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_
 
 /* Writes (or reads) this rank's elements [a, a + n) of view v at data, at
  * their place in the whole tensor named name. A replicated view is
- * written by tensor rank 0 alone (every tensor rank reads it). */
+ * written by tensor rank 0 alone, a block several ranks hold by its
+ * replica 0 (every rank reads its own). */
 static int view_io(par_engine_t *e, par_ckpt_t *c, int writing, const char *name, const par_gpt_view_t *v,
                    int64_t a, int64_t n, float *data) {
   int64_t *off = e->ranges, *cnt = e->ranges + v->shape[0] + 3;
   int nr = 0;
-  if (writing && v->split == PAR_GPT_SPLIT_NONE && e->tp_rank > 0) n = 0;
+  if (writing && ((v->split == PAR_GPT_SPLIT_NONE && e->tp_rank > 0) ||
+                  (v->split == PAR_GPT_SPLIT_BLOCK && v->block.replica)))
+    n = 0;
   global_ranges(e, v, a, n, off, cnt, &nr);
   if (nr == 0) off[0] = 0, cnt[0] = 0, nr = 1;
   return writing ? par_ckpt_write_ranges(c, name, v->ndim, v->global, nr, off, cnt, data)

@@ -186,6 +186,7 @@ int gpt_md_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *l
   return (void)m, (void)x, (void)with_loss, (void)loss, STRATA_EUNSUPPORTED;
 }
 int gpt_md_head_backward(par_gpt_t *m, const tensor_t *x) { return (void)m, (void)x, STRATA_EUNSUPPORTED; }
+int par_gpt_tp_sent(const par_gpt_t *m, uint64_t *sent) { return (void)m, (void)sent, STRATA_EINVAL; }
 #endif
 
 int par_gpt_set_loss_scale(par_gpt_t *m, float scale) {

@@ -221,3 +221,15 @@ int gpt_md_head_backward(par_gpt_t *m, const tensor_t *x) {
   if ((rc = replicas_sum(m, embg_at(m, 2), A, &m->lnf.dw))) return rc;
   return replicas_sum(m, embg_at(m, 3), A, &m->lnf.db);
 }
+
+int par_gpt_tp_sent(const par_gpt_t *m, uint64_t *sent) {
+  if (!m || !m->md || !sent) return STRATA_EINVAL;
+  uint64_t s = 0;
+  for (int k = 0; k < m->md->ngroups; k++)
+    for (int kind = 0; kind < COMM_NKINDS; kind++) {
+      comm_counter_t n;
+      if (comm_counters(m->md->groups[k], (comm_kind_t)kind, &n) == STRATA_OK) s += n.bytes_sent;
+    }
+  *sent = s;
+  return STRATA_OK;
+}
