@@ -236,6 +236,10 @@ static int l_train(lua_State *L) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = (int)cfg_int(L, "parallel", "dp");
   lay.tp = (int)cfg_int(L, "parallel", "tp");
+  const char *tpm = cfg_str(L, "parallel", "tp_mode");
+  lay.tp_mode = !strcmp(tpm, "2d") ? PAR_TP_2D : !strcmp(tpm, "2.5d") ? PAR_TP_2P5D : !strcmp(tpm, "3d") ? PAR_TP_3D
+                                                                                                       : PAR_TP_1D;
+  lay.tp_depth = (int)cfg_int(L, "parallel", "tp_depth");
   lay.sp = (int)cfg_int(L, "parallel", "sp");
   lay.seq_parallel = cfg_bool(L, "parallel", "seq_parallel");
   lay.pp = (int)cfg_int(L, "parallel", "pp");
@@ -340,7 +344,9 @@ static int l_train(lua_State *L) {
     char zero[96] = "";
     if (lay.zero_stage > 0) snprintf(zero, sizeof zero, ", ZeRO-%d", lay.zero_stage);
     if (lay.tp > 1 || lay.pp > 1)
-      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", tp %d x pp %d x dp %d", lay.tp, lay.pp, lay.dp);
+      snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", tp %d%s%s%s x pp %d x dp %d", lay.tp,
+               lay.tp_mode != PAR_TP_1D ? " (" : "", lay.tp_mode != PAR_TP_1D ? tpm : "",
+               lay.tp_mode != PAR_TP_1D ? ")" : "", lay.pp, lay.dp);
     if (lay.pp > 1)
       snprintf(zero + strlen(zero), sizeof zero - strlen(zero), " (%s, %d microbatches%s)", sched,
                lay.global_batch / (lay.dp * lay.microbatch), lay.interleave > 1 ? ", interleaved" : "");

@@ -40,6 +40,10 @@ local sections = {
           doc = "data-parallel degree; auto: all ranks"},
     tp = {t = INT, min = 1, max = 4096, default = 1,
           doc = "tensor-parallel degree (Megatron 1D, consecutive ranks); divides model.heads and the vocabulary"},
+    tp_mode = {t = ENUM, values = {"1d", "2d", "2.5d", "3d"}, default = "1d",
+               doc = "tensor parallelism over the tp ranks: Megatron's 1d, Optimus' 2d (SUMMA over q x q = tp), Tesseract's 2.5d (tp_depth stacked q x q meshes) or the 3d cube (q^3 = tp); 2d-3d train with dp and ZeRO, not yet with pp, sp or seq_parallel"},
+    tp_depth = {t = INT, min = 1, max = 4096, default = 1,
+                doc = 'the stacked meshes of tp_mode = "2.5d" (tp = q x q x tp_depth)'},
     pp = {t = INT, min = 1, max = 4096, default = 1,
           doc = "pipeline stages (contiguous blocks; the outermost ranks); divides model.layers"},
     schedule = {t = ENUM, values = {"gpipe", "1f1b", "interleaved"}, default = "1f1b",
@@ -299,6 +303,10 @@ local function check_unread(c, loc, given)
       unread("parallel." .. k, "with parallel.pp = 1 (no pipeline)")
     end
   end
+  decider = "parallel.tp_mode"
+  if c.parallel.tp_mode ~= "2.5d" then
+    unread("parallel.tp_depth", string.format('with parallel.tp_mode = "%s" (2.5d only)', c.parallel.tp_mode))
+  end
   decider = "offload.policy"
   if c.offload.policy ~= "nvme" then
     unread("offload.nvme_dir", string.format('with offload.policy = "%s" (nvme only)', c.offload.policy))
@@ -352,11 +360,48 @@ local function check_relations(c, loc)
   elseif not d.path then
     raise(loc("data.source"), "data.path", nil, string.format('required for data.source = "%s"', d.source))
   end
-  if m.heads % c.parallel.tp ~= 0 then
+  local par = c.parallel
+  if par.tp_mode ~= "1d" then
+    -- the mesh's side q, the row blocks a batch is cut in, and what the blocks cut
+    local function root(n, k)
+      local r = math.floor(n ^ (1 / k) + 0.5)
+      return r ^ k == n and r or nil
+    end
+    local d = par.tp_mode == "2.5d" and par.tp_depth or 1
+    local q
+    if par.tp_mode == "3d" then q = root(par.tp, 3) elseif par.tp % d == 0 then q = root(par.tp // d, 2) end
+    if not q then
+      raise(loc("parallel.tp"), "parallel.tp", par.tp,
+            par.tp_mode == "3d" and "is not a cube (3d tensor parallelism needs tp = q^3)"
+            or par.tp_mode == "2d" and "is not a square (2d tensor parallelism needs tp = q^2)"
+            or string.format("is not q^2 x parallel.tp_depth = q^2 x %d (2.5d tensor parallelism)", d))
+    end
+    local cut = par.tp_mode == "3d" and q * q or q
+    if m.heads % q ~= 0 then
+      raise(loc("model.heads"), "model.heads", m.heads,
+            string.format("does not divide over the %s mesh's side q = %d (each rank holds whole heads)", par.tp_mode, q))
+    end
+    if m.hidden % cut ~= 0 then
+      raise(loc("model.hidden"), "model.hidden", m.hidden,
+            string.format("does not divide into the %s blocks of %d (the weights are cut in q%s blocks)", par.tp_mode,
+                          cut, par.tp_mode == "3d" and "^2" or ""))
+    end
+    local rows = par.tp_mode == "3d" and q * q or d * q
+    if t.batch % rows ~= 0 then
+      raise(loc("train.batch"), "train.batch", t.batch,
+            string.format("does not divide over the %d row blocks of %s tensor parallelism (each rank keeps whole sequences)",
+                          rows, par.tp_mode))
+    end
+    if par.pp > 1 or par.sp > 1 or par.seq_parallel or par.partition_activations or c.offload.policy == "chunks" then
+      raise(loc("parallel.tp_mode"), "parallel.tp_mode", par.tp_mode,
+            "trains with data parallelism and ZeRO only (no parallel.pp, parallel.sp, seq_parallel, partition_activations or chunk offload) in this version")
+    end
+  end
+  if par.tp_mode == "1d" and m.heads % c.parallel.tp ~= 0 then
     raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
           string.format("does not divide model.heads = %d (each tensor rank holds whole heads)", m.heads))
   end
-  if m.vocab ~= "auto" and m.vocab % c.parallel.tp ~= 0 then
+  if par.tp_mode == "1d" and m.vocab ~= "auto" and m.vocab % c.parallel.tp ~= 0 then
     raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
           string.format("does not divide model.vocab = %d (the vocabulary is split over the tensor ranks; pad it)", m.vocab))
   end

@@ -130,6 +130,16 @@ grep -q "adamw, ZeRO-3, 2 ranks" "$work/z3.log" || fail "ZeRO-3 header: $(head -
   train.steps=8 run_dir="$work/pp" >"$work/pp.log" 2>&1 || fail "pp run: $(tail -3 "$work/pp.log")"
 grep -q "adamw, tp 1 x pp 2 x dp 1 (gpipe, 4 microbatches), 2 ranks" "$work/pp.log" || fail "pp header: $(head -2 "$work/pp.log")"
 grep -q "validation loss [0-9.]* nats/token" "$work/pp.log" || fail "pp validation: $(tail -3 "$work/pp.log")"
+# 2D tensor parallelism from the command line on 4 ranks: the header names the mode, and its validation loss
+# is the serial run's to its printed 4 decimals (tests/train/tpmd_engine.c compares every step to 1e-6)
+"$S" run $R "${small[@]}" train.steps=8 run_dir="$work/tp1" >"$work/tp1.log" 2>&1 || fail "serial run: $(tail -3 "$work/tp1.log")"
+"$S" run -n 4 $R "${small[@]}" parallel.tp=4 parallel.tp_mode=2d train.steps=8 run_dir="$work/tp2d" \
+  >"$work/tp2d.log" 2>&1 || fail "2d run: $(tail -3 "$work/tp2d.log")"
+grep -q "tp 4 (2d) x pp 1 x dp 1" "$work/tp2d.log" || fail "2d header: $(head -2 "$work/tp2d.log")"
+v1=$(sed -n 's/.*validation loss \([0-9.]*\) nats.*/\1/p' "$work/tp1.log")
+v2=$(sed -n 's/.*validation loss \([0-9.]*\) nats.*/\1/p' "$work/tp2d.log")
+awk -v a="$v1" -v b="$v2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 5e-5 * a) }' \
+  || fail "2d validation loss $v2, serial $v1"
 # Partitioned activation checkpoints from the command line: named in the metrics' layout, and the run trains
 "$S" run -n 2 $R "${small[@]}" model.layers=2 model.recompute=true parallel.tp=2 parallel.partition_activations=true \
   train.steps=8 run_dir="$work/pa" >"$work/pa.log" 2>&1 || fail "partitioned run: $(tail -3 "$work/pa.log")"
