@@ -192,7 +192,13 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
    * shards of a multiple of shard_align elements, padding the region's end
    * (libparallel/src/dist/state.c). */
   double held = params;
-  if (l->tp == 1 || oned) { /* the engine's regions, each rank's tensor slice of them (the last
+  if (!oned && l->tp > 1) { /* strata's 2D, 2.5D and 3D blocks, padded to the shards as below */
+    double r0, blk, rl, al = p->shard_align;
+    plan_md_regions(m, l, &r0, &blk, &rl);
+    out->params = params = (first || last ? r0 : 0.0) + ls * blk + (last ? rl : 0.0);
+    held = (first || last ? plan_sharded(r0, nd, al) : 0.0) + ls * plan_sharded(blk, nd, al) +
+           (last ? plan_sharded(rl, nd, al) : 0.0);
+  } else if (l->tp == 1 || oned) { /* the engine's regions, each rank's tensor slice of them (the last
                                pipeline stage holds the whole embedding region for the tied head) */
     double r0 = v * h / l->tp + s * h, blk = (12.0 * h * h + 7.0 * h) / l->tp + 6.0 * h, rl = 2.0 * h;
     double al = p->shard_align;
@@ -268,6 +274,7 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   /* A stage's output, sent to the next, for each microbatch in flight, when
    * kept until the microbatch's backward (params.keep_stage_outputs). */
   if (!last) act += p->keep_stage_outputs * inflight * tok * h * e / (seqpar ? tpd : 1.0);
+  if (!oned && l->tp > 1) act = plan_md_activations(m, l); /* strata's 2D, 2.5D, 3D (one stage) */
   out->mem[PAR_MEM_ACTIV] = act;
 
   /* Communication buffers: gradient buckets when gradients are reduced or

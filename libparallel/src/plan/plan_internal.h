@@ -27,4 +27,10 @@ double plan_tp_linear_bytes(par_tp_mode_t mode, int tp, int depth, double rows, 
 /* Calibrates gemm_efficiency on Megatron's 1.7B row (the one row used). */
 int plan_megatron_calibrate(const par_plan_params_t *p, double *eff);
 
+/* strata's engine under 2D, 2.5D and 3D tensor parallelism (plan_tp_layer.c):
+ * the elements a rank holds of the embedding region, of each block and of
+ * the final layernorm, and the activation bytes it holds for a microbatch. */
+void plan_md_regions(const par_gpt_config_t *m, const par_layout_t *l, double *r0, double *blk, double *rl);
+double plan_md_activations(const par_gpt_config_t *m, const par_layout_t *l);
+
 #endif
