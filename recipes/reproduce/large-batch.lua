@@ -282,8 +282,8 @@ local function panels(file, title, ylabel, fn, extra, logy)
   local s = {string.format("set terminal pngcairo size %d,420\nset output '%s'\nset multiplot layout 1,%d title '%s'\n",
                            460 * #corpora, out .. "/" .. file, #corpora, title)}
   for _, corpus in ipairs(corpora) do
-    s[#s + 1] = string.format("set title '%s'\nset logscale x 2\n%sset xlabel 'global batch (sequences)'\nset ylabel '%s'\nset key top right\n",
-                              corpus, logy and "set logscale y\n" or "", ylabel)
+    s[#s + 1] = string.format("set title '%s'\nset logscale x 2\nset xrange [%g:%g]\n%sset xlabel 'global batch (sequences)'\nset ylabel '%s'\nset key top right\n",
+                              corpus, batches[1] / 1.5, batches[#batches] * 1.5, logy and "set logscale y\n" or "", ylabel)
     local plots = {}
     for _, oname in ipairs(optims) do
       local rows = fn(corpus, oname)
