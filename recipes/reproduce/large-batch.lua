@@ -63,6 +63,25 @@ for _, o in ipairs(optims) do
 end
 table.sort(batches)
 
+-- Plan mode (strata plan): the runs this would train, and the square-root
+-- rule against the learning rates You et al. published for LAMB on BERT
+-- (arXiv 1904.00962, Table 4: 5 / (2^3 10^3) at batch 512 up to 5 / 10^3 at 32768).
+if strata.mode == "plan" then
+  for _, B in ipairs(batches) do
+    local mb = math.min(B, micro)
+    while B % mb ~= 0 do mb = mb - 1 end
+    print(string.format("large-batch: batch %5d: %6d steps of %d microbatches of %d", B, math.max(1, sequences // B), B // mb, mb))
+  end
+  local worst = 0
+  for k = 0, 6 do
+    local B, published = 512 * 2 ^ k, 5 / (2 ^ (3 - k / 2) * 1e3)
+    local rule = 5 / (2 ^ 3 * 1e3) * math.sqrt(B / 512)
+    worst = math.max(worst, math.abs(rule - published) / published)
+  end
+  print(string.format("large-batch (LAMB's square-root rule against You et al.'s Table 4): largest relative error %.1f%%", 100 * worst))
+  return
+end
+
 local rank = strata.world()
 os.execute("mkdir -p '" .. out .. "/runs'")
 
