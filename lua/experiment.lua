@@ -95,6 +95,43 @@ function M.prepare_and_train(cfg)
     t.accum = t.global_batch // per
   end
   t.global_batch = dp * t.batch * t.accum
+  local q = dp * t.batch -- a step's batch changes by whole microbatches on every replica
+  if t.batch_start then
+    local key = cfg._locate("train.batch_start")
+    if t.batch_start > t.global_batch then
+      raise(key, "train.batch_start", t.batch_start,
+            string.format("exceeds train.global_batch = %d, where the warm-up ends", t.global_batch))
+    end
+    if t.batch_start % q ~= 0 then
+      raise(key, "train.batch_start", t.batch_start,
+            string.format("not a multiple of parallel.dp x train.batch = %d x %d = %d (the batch grows by microbatches)",
+                          dp, t.batch, q))
+    end
+    local inc = t.batch_increment or q
+    local ikey = cfg._locate("train.batch_increment")
+    if inc % q ~= 0 then
+      raise(ikey, "train.batch_increment", inc,
+            string.format("not a multiple of parallel.dp x train.batch = %d x %d = %d (whole microbatches on every replica)",
+                          dp, t.batch, q))
+    end
+    if t.batch_start % inc ~= 0 or t.global_batch % inc ~= 0 then
+      raise(t.batch_increment and ikey or key, t.batch_increment and "train.batch_increment" or "train.batch_start",
+            t.batch_increment or t.batch_start,
+            string.format("train.batch_increment = %d must divide train.batch_start = %d and train.global_batch = %d",
+                          inc, t.batch_start, t.global_batch))
+    end
+  end
+  local o = cfg.optim
+  if o.lr_scaling ~= "none" then
+    local ref = o.lr_batch or t.global_batch
+    local f = o.lr_scaling == "linear" and t.global_batch / ref or math.sqrt(t.global_batch / ref)
+    if o.lr * f > 1e4 then -- (optim.lr's own bound is 100; LARS' global rates at large batches exceed it)
+      local key = o.lr_batch and "optim.lr_batch" or "optim.lr_scaling"
+      raise(cfg._locate(key), key, o.lr_batch or o.lr_scaling,
+            string.format("optim.lr = %s scaled to the global batch %d gives %s, above 10^4", M.show_value(o.lr),
+                          t.global_batch, M.show_value(o.lr * f)))
+    end
+  end
   if p.pp > 1 and p.schedule == "interleaved" and t.accum % p.pp ~= 0 then
     local key = cfg._given["parallel.microbatches"] and "parallel.microbatches"
                 or cfg._given["train.global_batch"] and "train.global_batch" or "train.accum"

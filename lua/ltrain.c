@@ -297,6 +297,22 @@ static int l_train(lua_State *L) {
   if (lua_type(L, -1) == LUA_TSTRING) to.resume = lua_tostring(L, -1);
   else if (lua_toboolean(L, -1)) to.resume = to.ckpt_path;
   lua_pop(L, 2); /* the strings stay referenced by the configuration table */
+  /* batch warm-up and the learning-rate rule (par_train_run fills in the
+   * end, the quantum and the tokens per sample from the layout) */
+  cfg_push(L, "train", "batch_start");
+  to.batch.start = lua_isinteger(L, -1) ? (long)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 2);
+  cfg_push(L, "train", "batch_increment");
+  to.batch.quantum = lua_isinteger(L, -1) ? (long)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 2);
+  to.batch.warmup = (long)cfg_int(L, "train", "batch_warmup");
+  to.batch.warmup_tokens = (double)cfg_int(L, "train", "batch_warmup_tokens");
+  const char *rule = cfg_str(L, "optim", "lr_scaling");
+  to.lr_rule = !strcmp(rule, "linear") ? OPTIM_LR_RULE_LINEAR : !strcmp(rule, "sqrt") ? OPTIM_LR_RULE_SQRT
+                                                                                    : OPTIM_LR_RULE_NONE;
+  cfg_push(L, "optim", "lr_batch");
+  to.lr_batch = lua_isinteger(L, -1) ? (double)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 2);
   r->log_every = (long)cfg_int(L, "train", "log_every");
   const char *kill_at = getenv("STRATA_FAULT_KILL_AT_STEP"); /* fault injection for tests */
   r->kill_step = kill_at ? atol(kill_at) : -1;
@@ -360,6 +376,18 @@ static int l_train(lua_State *L) {
            name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, zero, size,
            size > 1 ? "s" : "", threads, threads > 1 ? "s" : "", r->peak / 1e9,
            measured ? "measured now, cached" : "cached");
+    if (to.batch.start > 0 || to.lr_rule != OPTIM_LR_RULE_NONE) {
+      char warm[128] = "", lrs[160] = "";
+      if (to.batch.start > 0 && to.batch.warmup > 0)
+        snprintf(warm, sizeof warm, "from %ld over %ld steps, ", to.batch.start, to.batch.warmup);
+      else if (to.batch.start > 0)
+        snprintf(warm, sizeof warm, "from %ld over %.0f tokens, ", to.batch.start, to.batch.warmup_tokens);
+      if (to.lr_rule != OPTIM_LR_RULE_NONE)
+        snprintf(lrs, sizeof lrs, "; peak learning rate %g x %s(B / %.0f)", oc.lr,
+                 to.lr_rule == OPTIM_LR_RULE_SQRT ? "sqrt" : "", to.lr_batch > 0 ? to.lr_batch : (double)lay.global_batch);
+      printf("strata: global batch B %sup to %d sequences of %d tokens%s\n", warm, lay.global_batch,
+             eo.seq ? eo.seq : mc.seq, lrs);
+    }
     fflush(stdout);
   }
   par_train_result_t res;

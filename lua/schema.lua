@@ -79,6 +79,10 @@ local sections = {
     eps = {t = NUM, gt = 0, max = 1, default = 1e-8, doc = "Adam/LAMB epsilon"},
     momentum = {t = NUM, min = 0, lt = 1, f32 = true, default = 0.9, doc = "SGD/LARS momentum"},
     clip = {t = NUM, min = 0, default = 1.0, doc = "global gradient-norm clip; 0: off"},
+    lr_scaling = {t = ENUM, values = {"none", "linear", "sqrt"}, default = "none",
+                  doc = "the peak rate for a step of global batch B: optim.lr x B / optim.lr_batch (linear: Goyal et al., SGD, LARS), x sqrt(B / optim.lr_batch) (sqrt: LAMB, AdamW), or optim.lr (none)"},
+    lr_batch = {t = INT, min = 1, max = 1 << 30,
+                doc = "with optim.lr_scaling: the global batch at which optim.lr holds (default train.global_batch)"},
   },
   train = {
     steps = {t = INT, min = 1, max = 1 << 40, default = 100, doc = "optimizer steps"},
@@ -88,6 +92,14 @@ local sections = {
     global_batch = {t = INT, min = 1, max = 1 << 30,
                     doc = "sequences per step over all ranks; sets train.accum (default batch x accum x dp)"},
     seq = {t = INT, min = 1, max = 1 << 20, doc = "tokens per training sample (default model.seq; at most that)"},
+    batch_start = {t = INT, min = 1, max = 1 << 30,
+                   doc = "batch warm-up (GPT-3, MT-NLG): the global batch of the first step, growing to train.global_batch in multiples of parallel.dp x train.batch (more microbatches per step)"},
+    batch_increment = {t = INT, min = 1, max = 1 << 30,
+                       doc = "the batch warm-up's step in sequences (MT-NLG: 32); a multiple of parallel.dp x train.batch that divides train.batch_start and train.global_batch (default parallel.dp x train.batch), so the schedule is the same on any number of ranks"},
+    batch_warmup = {t = INT, min = 0, default = 0,
+                    doc = "steps over which the global batch grows from train.batch_start (linearly, rounded down)"},
+    batch_warmup_tokens = {t = INT, min = 0, max = 1 << 50, default = 0,
+                           doc = "or the tokens over which it grows (GPT-3 counts tokens)"},
     eval_every = {t = INT, min = 0, default = 50, doc = "validation every N steps; 0: only at the end"},
     eval_batches = {t = INT, min = 1, max = 1 << 20, default = 8, doc = "validation batches per evaluation"},
     log_every = {t = INT, min = 1, default = 10, doc = "log line every N steps when not a terminal"},
@@ -335,6 +347,9 @@ local function check_unread(c, loc, given)
   if o.name == "adamw" or o.name == "lamb" or o.name == "sgd" then
     unread("optim.momentum", string.format('by optim.name = "%s" (momentum, nesterov and lars only)', o.name))
   end
+  if o.lr_scaling == "none" then
+    unread("optim.lr_batch", 'with optim.lr_scaling = "none" (the rate does not follow the batch)')
+  end
   decider = "parallel.precision"
   if c.parallel.precision ~= "fp16" then
     for _, k in ipairs{"loss_scale", "loss_scale_window"} do
@@ -449,6 +464,30 @@ local function check_relations(c, loc)
   end
   if o.min_lr > o.lr then
     raise(loc("optim.min_lr"), "optim.min_lr", o.min_lr, string.format("exceeds optim.lr = %s", show(o.lr)))
+  end
+  if t.batch_start and t.batch_warmup == 0 and t.batch_warmup_tokens == 0 then
+    raise(loc("train.batch_start"), "train.batch_start", t.batch_start,
+          "needs train.batch_warmup (steps) or train.batch_warmup_tokens over which the batch grows")
+  end
+  if not t.batch_start and (t.batch_warmup > 0 or t.batch_warmup_tokens > 0) then
+    local k = t.batch_warmup > 0 and "batch_warmup" or "batch_warmup_tokens"
+    raise(loc("train." .. k), "train." .. k, t[k], "needs train.batch_start, the global batch of the first step")
+  end
+  if t.batch_warmup > 0 and t.batch_warmup_tokens > 0 then
+    raise(loc("train.batch_warmup_tokens"), "train.batch_warmup_tokens", t.batch_warmup_tokens,
+          string.format("a second warm-up length: give train.batch_warmup = %d steps or tokens, not both", t.batch_warmup))
+  end
+  if t.batch_warmup >= t.steps and t.batch_warmup > 0 then
+    raise(loc("train.batch_warmup"), "train.batch_warmup", t.batch_warmup,
+          string.format("must be below train.steps = %d", t.steps))
+  end
+  if t.batch_increment and not t.batch_start then
+    raise(loc("train.batch_increment"), "train.batch_increment", t.batch_increment, "needs train.batch_start (a batch warm-up)")
+  end
+  if t.batch_start and (c.parallel.pp > 1 or c.offload.policy == "chunks") then
+    raise(loc("train.batch_start"), "train.batch_start", t.batch_start,
+          c.parallel.pp > 1 and string.format("a pipeline's microbatches per step are fixed (parallel.pp = %d); batch warm-up needs parallel.pp = 1", c.parallel.pp)
+          or 'the chunk policy\'s schedule is fixed (offload.policy = "chunks"); batch warm-up needs another policy')
   end
   if o.warmup >= t.steps and o.warmup > 0 then
     raise(loc("optim.warmup"), "optim.warmup", o.warmup,

@@ -417,6 +417,30 @@ fail:
   return rc;
 }
 
+/* The trust ratio of a tensor from its reduced sums of squares (one formula
+ * for optim_apply and optim_trust_ratio). */
+static double trust_of(int kind, const optim_group *g, double sq0, double sq1) {
+  const double xn = sqrt(sq0), un = sqrt(sq1);
+  double trust = 1.0;
+  if (!g->adapt) return 1.0;
+  if (kind == OPTIM_LAMB) {
+    /* You et al. 2020, Algorithm 2: phi(||x||) / ||r + lambda x||. */
+    double phi = xn < g->phi_min ? g->phi_min : xn;
+    if (g->phi_max > 0.0f && phi > g->phi_max) phi = g->phi_max;
+    if (xn > 0.0 && un > 0.0) trust = phi / un;
+  } else if (kind == OPTIM_LARS) {
+    /* You, Gitman & Ginsburg 2017: eta ||w|| / (||g|| + beta ||w||). */
+    if (xn > 0.0 && un > 0.0) trust = (double)g->trust_coef * xn / (un + (double)g->weight_decay * xn);
+  }
+  return trust;
+}
+
+int optim_trust_ratio(const optim *o, int id, double sumsq0, double sumsq1, double *trust) {
+  if (!o || !trust || id < 0 || id >= o->ngroups) return STRATA_EINVAL;
+  *trust = trust_of(o->cfg.kind, &o->groups[id], sumsq0, sumsq1);
+  return STRATA_OK;
+}
+
 int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, size_t nsums,
                 float grad_scale) {
   int rc = STRATA_OK;
@@ -434,18 +458,7 @@ int optim_apply(optim *o, const optim_tensor *t, int nt, const double *sums, siz
     for (int i = 0; i < nt; i++) {
       const optim_group *g = &o->groups[t[i].group];
       if (!g->adapt) continue;
-      const double xn = sqrt(sums[2 * i]), un = sqrt(sums[2 * i + 1]);
-      double trust = 1.0;
-      if (kind == OPTIM_LAMB) {
-        /* You et al. 2020, Algorithm 2: phi(||x||) / ||r + lambda x||. */
-        double phi = xn < g->phi_min ? g->phi_min : xn;
-        if (g->phi_max > 0.0f && phi > g->phi_max) phi = g->phi_max;
-        if (xn > 0.0 && un > 0.0) trust = phi / un;
-      } else {
-        /* You, Gitman & Ginsburg 2017: eta ||w|| / (||g|| + beta ||w||). */
-        if (xn > 0.0 && un > 0.0)
-          trust = (double)g->trust_coef * xn / (un + (double)g->weight_decay * xn);
-      }
+      double trust = trust_of(kind, g, sums[2 * i], sums[2 * i + 1]);
       if (!isfinite(trust)) {
         rc = FAIL(o, STRATA_EINVAL, "optim_apply: tensor %d: trust ratio %g from sums %g, %g", i,
                   trust, sums[2 * i], sums[2 * i + 1]);

@@ -8,7 +8,7 @@ local eval_every = strata.option("eval_every", 0)
 local function read(dir, name)
   return assert(strata.metrics.read(dir .. "/metrics.h5", name))
 end
-local want = {"comm_bytes", "grad_norm", "loss", "loss_scale", "lr", "mem_peak", "step", "tokens_per_s", "val_loss"}
+local want = {"comm_bytes", "global_batch", "grad_norm", "loss", "loss_scale", "lr", "mem_peak", "step", "tokens_per_s", "val_loss"}
 local names = assert(strata.metrics.names(a .. "/metrics.h5"))
 table.sort(names)
 assert(table.concat(names, ",") == table.concat(want, ","), "metrics: " .. table.concat(names, ","))

@@ -23,6 +23,116 @@ Test(schedule, warmup_then_decay) {
   cr_assert_float_eq(optim_schedule_factor(&s, 1000), 1.0, 1e-12);
 }
 
+/* ---- batch-size warm-up and the learning-rate rules, closed forms ---- */
+
+/* By updates: B(t) = start + quantum floor(n min(1, t / warmup)), n = (end -
+ * start) / quantum, evaluated here in double (exact for these small values). */
+Test(batch_schedule, by_updates_closed_form) {
+  optim_batch_schedule s = {.start = 32, .end = 512, .quantum = 32, .warmup = 100, .seq = 64};
+  cr_assert_eq(optim_batch_schedule_check(&s, NULL, 0), 0);
+  double tokens = 0;
+  for (long t = 0; t <= 130; t++) {
+    double q = t < 100 ? t / 100.0 : 1.0;
+    long want = 32 + 32 * (long)floor(15 * q);
+    cr_assert_eq(optim_batch_at(&s, t), want, "t %ld: %ld, want %ld", t, optim_batch_at(&s, t), want);
+    cr_assert_float_eq(optim_batch_tokens_before(&s, t), tokens, 1e-9, "tokens before %ld", t);
+    tokens += 64.0 * (double)want;
+  }
+  cr_assert_eq(optim_batch_at(&s, 0), 32);
+  cr_assert_eq(optim_batch_at(&s, 99), 480); /* floor(14.85) = 14 */
+  cr_assert_eq(optim_batch_at(&s, 100), 512);
+  s.start = s.end; /* no warm-up: the batch is constant */
+  cr_assert_eq(optim_batch_at(&s, 0), 512);
+  cr_assert_float_eq(optim_batch_tokens_before(&s, 10), 10 * 512 * 64.0, 1e-9);
+}
+
+/* By tokens, derived by hand: start 1, end 4, quantum 1, seq 1, warm-up 6
+ * tokens (n = 3). Tokens before update t and floor(3 T / 6): t = 0: 0 -> 0,
+ * B = 1; t = 1: 1 -> 0, B = 1; t = 2: 2 -> 1, B = 2; t = 3: 4 -> 2, B = 3;
+ * t = 4: 7 >= 6, B = 4 from then on. */
+Test(batch_schedule, by_tokens_by_hand) {
+  optim_batch_schedule s = {.start = 1, .end = 4, .quantum = 1, .warmup_tokens = 6, .seq = 1};
+  cr_assert_eq(optim_batch_schedule_check(&s, NULL, 0), 0);
+  const long want[] = {1, 1, 2, 3, 4, 4, 4};
+  const double before[] = {0, 1, 2, 4, 7, 11, 15};
+  for (long t = 0; t < 7; t++) {
+    cr_assert_eq(optim_batch_at(&s, t), want[t], "t %ld: %ld", t, optim_batch_at(&s, t));
+    cr_assert_float_eq(optim_batch_tokens_before(&s, t), before[t], 1e-12, "t %ld", t);
+  }
+  /* GPT-3's shape (32 -> 1600 sequences of 2048 over 4e9 tokens, here in
+   * multiples of 32): monotone, and the warm-up ends where its tokens do. */
+  optim_batch_schedule g = {.start = 32, .end = 1600, .quantum = 32, .warmup_tokens = 4e9, .seq = 2048};
+  long prev = 0, t = 0;
+  while (optim_batch_at(&g, t) < 1600) {
+    long b = optim_batch_at(&g, t);
+    cr_assert_geq(b, prev);
+    cr_assert_lt(optim_batch_tokens_before(&g, t), 4e9);
+    prev = b, t++;
+  }
+  cr_assert_geq(optim_batch_tokens_before(&g, t), 4e9);
+}
+
+Test(batch_schedule, refused) {
+  char err[200];
+  optim_batch_schedule s = {.start = 48, .end = 512, .quantum = 32, .warmup = 10, .seq = 64};
+  cr_assert_eq(optim_batch_schedule_check(&s, err, sizeof err), STRATA_EINVAL);
+  cr_assert(strstr(err, "quantum 32 must divide start 48"), "%s", err);
+  s.start = 1024;
+  cr_assert_eq(optim_batch_schedule_check(&s, err, sizeof err), STRATA_EINVAL);
+  s.start = 32, s.warmup_tokens = 1e6;
+  cr_assert_eq(optim_batch_schedule_check(&s, err, sizeof err), STRATA_EINVAL);
+}
+
+Test(batch_schedule, lr_rules) {
+  cr_assert_float_eq(optim_lr_batch_factor(OPTIM_LR_RULE_LINEAR, 2048, 64), 32.0, 1e-15);
+  cr_assert_float_eq(optim_lr_batch_factor(OPTIM_LR_RULE_SQRT, 2048, 32), 8.0, 1e-15);
+  cr_assert_float_eq(optim_lr_batch_factor(OPTIM_LR_RULE_SQRT, 32, 512), 0.25, 1e-15);
+  cr_assert_float_eq(optim_lr_batch_factor(OPTIM_LR_RULE_NONE, 2048, 32), 1.0, 0);
+  cr_assert_float_eq(optim_lr_batch_factor(OPTIM_LR_RULE_LINEAR, 0, 32), 1.0, 0);
+}
+
+/* Trust ratios from the two sums, by the papers' formulas; and the one
+ * optim_apply uses: one LAMB step on x = (3, 4) (||x|| = 5) with a gradient
+ * whose Adam direction at t = 1 is sign(g) (m^ / sqrt(v^) = g / |g|, eps
+ * aside), r = (1, 1), ||r|| = sqrt 2: x moves by lr 5 / sqrt 2 per unit. */
+Test(batch_schedule, trust_ratios) {
+  optim_config cfg = OPTIM_CONFIG_DEFAULTS;
+  cfg.kind = OPTIM_LAMB;
+  optim *o = NULL;
+  cr_assert_eq(optim_create(&o, &cfg, NULL, 0), 0);
+  optim_group g = optim_group_defaults(OPTIM_LAMB);
+  g.weight_decay = 0, g.lr = 0.01f, g.eps = 1e-12f;
+  int id, nd;
+  cr_assert_eq(optim_add_group(o, &g, &id), 0);
+  g.adapt = 0;
+  cr_assert_eq(optim_add_group(o, &g, &nd), 0);
+  double tr;
+  cr_assert_eq(optim_trust_ratio(o, id, 9.0, 0.25, &tr), 0);
+  cr_assert_float_eq(tr, 3.0 / 0.5, 1e-12);
+  cr_assert_eq(optim_trust_ratio(o, nd, 9.0, 0.25, &tr), 0);
+  cr_assert_float_eq(tr, 1.0, 0);
+  cr_assert_eq(optim_trust_ratio(o, id, 0.0, 0.25, &tr), 0); /* ||x|| = 0: 1 */
+  cr_assert_float_eq(tr, 1.0, 0);
+  float x[2] = {3, 4}, gr[2] = {0.5f, 2.0f}, m[2] = {0}, v[2] = {0};
+  optim_tensor t = {.param = x, .grad = gr, .m = m, .v = v, .group = id, .n = 2};
+  double sums[2];
+  cr_assert_eq(optim_partials(o, sums, 2, &t, 1, 1.0f), 0);
+  cr_assert_eq(optim_trust_ratio(o, id, sums[0], sums[1], &tr), 0);
+  cr_assert_float_eq(tr, 5.0 / sqrt(2.0), 1e-5);
+  cr_assert_eq(optim_apply(o, &t, 1, sums, 2, 1.0f), 0);
+  /* float32 arithmetic of the update: relative 1e-6 of the step 0.035 */
+  cr_assert_float_eq(x[0], 3 - 0.01 * 5 / sqrt(2.0), 1e-6);
+  cr_assert_float_eq(x[1], 4 - 0.01 * 5 / sqrt(2.0), 1e-6);
+  optim_destroy(o);
+  cfg.kind = OPTIM_LARS;
+  cr_assert_eq(optim_create(&o, &cfg, NULL, 0), 0);
+  optim_group l = optim_group_defaults(OPTIM_LARS); /* eta 1e-3, wd 5e-4 */
+  cr_assert_eq(optim_add_group(o, &l, &id), 0);
+  cr_assert_eq(optim_trust_ratio(o, id, 4.0, 0.01, &tr), 0);
+  cr_assert_float_eq(tr, 1e-3 * 2 / (0.1 + 5e-4 * 2), 1e-9);
+  optim_destroy(o);
+}
+
 /* The handle applies the schedule: SGD with g = 1 moves p by lr f(t). */
 Test(schedule, applied_by_step) {
   optim_config cfg = OPTIM_CONFIG_DEFAULTS;

@@ -197,6 +197,50 @@ STRATA_API double optim_schedule_factor(const optim_schedule *s, long t);
 /* The learning rate group id will use at the next update. */
 STRATA_API int optim_current_lr(const optim *o, int id, float *lr);
 
+/* Batch-size warm-up (GPT-3, Brown et al. arXiv 2005.14165 sec. 2.3 and
+ * appendix B; MT-NLG, Smith et al. arXiv 2201.11990 sec. 3.2): the global
+ * batch of update t (0-based) grows from `start` to `end` sequences, in
+ * multiples of `quantum` above start (one microbatch on every replica: the
+ * batch changes by the number of microbatches, so every shape stays), over
+ * the first `warmup` updates or, when warmup_tokens > 0, over the first
+ * warmup_tokens tokens (seq tokens per sequence). With n = (end - start) /
+ * quantum and q the fraction of the warm-up done before update t,
+ *   by updates: q = min(1, t / warmup)
+ *   by tokens:  q = min(1, T(t) / warmup_tokens), T(t) = seq sum_{u<t} B(u)
+ *   B(t) = start + quantum floor(n q)
+ * so B(0) = start and B = end from update `warmup` (or the update whose
+ * tokens before it reach warmup_tokens) on. start = end: a constant batch. */
+typedef struct optim_batch_schedule {
+  long start, end;      /* sequences per update, 1 <= start <= end */
+  long quantum;         /* >= 1, divides start and end */
+  long warmup;          /* updates of the warm-up (>= 0; with warmup_tokens: 0) */
+  double warmup_tokens; /* tokens of the warm-up (>= 0) */
+  long seq;             /* tokens per sequence (>= 1) */
+} optim_batch_schedule;
+/* STRATA_EINVAL with a message in err naming the value at fault. */
+STRATA_API int optim_batch_schedule_check(const optim_batch_schedule *s, char *err, size_t errlen);
+/* The global batch of update t (s valid). */
+STRATA_API long optim_batch_at(const optim_batch_schedule *s, long t);
+/* Tokens of the updates before t, seq sum_{u<t} B(u) (s valid). */
+STRATA_API double optim_batch_tokens_before(const optim_batch_schedule *s, long t);
+
+/* Learning-rate rules for a batch other than the one the rate was tuned at:
+ * the rate is multiplied by optim_lr_batch_factor(rule, batch, ref) =
+ *   NONE 1;  LINEAR batch / ref (Goyal et al., arXiv 1706.02677 sec. 2.1,
+ *   for SGD; LARS);  SQRT sqrt(batch / ref) (Krizhevsky, arXiv 1404.5997;
+ *   Hoffer et al. 2017; You et al.'s LAMB, arXiv 1904.00962 sec. 4, and
+ *   Adam-type methods, Malladi et al. arXiv 2205.10287). */
+enum optim_lr_rule { OPTIM_LR_RULE_NONE = 0, OPTIM_LR_RULE_LINEAR = 1, OPTIM_LR_RULE_SQRT = 2 };
+/* The factor; batch and ref > 0 (1 otherwise). */
+STRATA_API double optim_lr_batch_factor(int rule, double batch, double ref);
+
+/* The trust ratio (LAMB's phi(||x||) / ||r||, LARS' local learning rate
+ * eta ||w|| / (||g|| + wd ||w||)) that optim_apply uses for a tensor of
+ * group id from its two reduced sums of squares (optim_partials' sums[2 i],
+ * sums[2 i + 1]); 1 for a group without adaptation and for SGD and AdamW.
+ * For recording layer-wise statistics without a second pass. */
+STRATA_API int optim_trust_ratio(const optim *o, int id, double sumsq0, double sumsq1, double *trust);
+
 /* Dynamic loss scaling for fp16 (Micikevicius et al., arXiv 1710.03740,
  * Section 3.2): the loss is multiplied by scale; a step whose gradients hold
  * an inf or nan on any shard is skipped and the scale multiplied by backoff;

@@ -304,6 +304,23 @@ typedef struct {
 } par_engine_info_t;
 STRATA_API int par_engine_info(const par_engine_t *e, par_engine_info_t *out);
 
+/* Sets the global batch of the next steps to global_batch sequences, a
+ * multiple of layout.dp x layout.microbatch (each replica runs more or
+ * fewer microbatches of the same shape), and every parameter group's peak
+ * learning rate to the configuration's times lr_scale (the schedule still
+ * applies). A batch warm-up or a learning-rate rule calls it before a step
+ * (par_train_run does, from par_train_options_t.batch and lr_rule). Every
+ * rank calls it with the same values. EUNSUPPORTED when the microbatches
+ * per step would change with pipeline stages or the chunk policy (their
+ * schedules are fixed at creation); EINVAL names a bad value. */
+STRATA_API int par_engine_set_batch(par_engine_t *e, int global_batch, double lr_scale);
+/* LAMB and LARS: the trust ratio each view (par_gpt_view i) got in the last
+ * update (1 for views without layer adaptation: biases, norms), into
+ * out[n], n = par_gpt_num_views; NaN where unknown: before the first
+ * update, for other optimizers, with pipeline stages, and with the
+ * streamed updates of ZeRO-Infinity and the chunk policy. */
+STRATA_API int par_engine_trust_ratios(const par_engine_t *e, double *out, int n);
+
 /* One-line descriptions stored in checkpoints and metrics ("layers=2 hidden=64 ...",
  * "adamw lr=0.01 ...", "dp=2 tp=1 ..."). Owned by the engine. */
 STRATA_API const char *par_engine_describe(const par_engine_t *e, const char *what);
@@ -361,6 +378,18 @@ typedef struct {
    * PAR_ON_ERROR_CONTINUE). NULL: not reported. */
   void (*notice)(void *ctx, const char *msg);
   void *ctx;
+  /* Batch warm-up (liboptim's optim_batch_schedule): batch.start > 0 makes
+   * step s take optim_batch_at(&batch, s - 1) sequences, growing to
+   * layout.global_batch (batch.end and batch.quantum = dp x microbatch and
+   * batch.seq are filled in when 0). The learning rate of each step is then
+   * the configuration's times optim_lr_batch_factor(lr_rule, B, lr_batch)
+   * for that step's batch B (lr_batch 0: layout.global_batch, the rate
+   * holding at the full batch); lr_rule applies without a warm-up too.
+   * Recomputed from the step on resume. batch.start = 0: the layout's
+   * batch at every step. */
+  optim_batch_schedule batch;
+  int lr_rule;     /* enum optim_lr_rule */
+  double lr_batch; /* sequences */
 } par_train_options_t;
 enum { PAR_ON_ERROR_STOP = 0, PAR_ON_ERROR_CONTINUE = 1 };
 #define PAR_TRAIN_OPTIONS_DEFAULTS                                                                 \

@@ -73,7 +73,8 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
   int nv = par_gpt_num_views(e->model);
   if (!(e->tens = calloc((size_t)e->npieces + 1, sizeof *e->tens)) ||
       !(e->sq = calloc(2 * (size_t)e->npieces + 2, sizeof *e->sq)) ||
-      !(e->vsq = calloc(4 * (size_t)nv, sizeof *e->vsq))) /* (and the replicated views' own, sum_split_views) */
+      !(e->vsq = calloc(4 * (size_t)nv, sizeof *e->vsq)) || /* (and the replicated views' own, sum_split_views) */
+      !(e->trust = malloc((size_t)(nv > 0 ? nv : 1) * sizeof *e->trust)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d optimizer tensors", e->npieces);
   for (int i = 0; i < e->npieces; i++) {
     float *p, *g, *m, *v;
@@ -86,7 +87,8 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
                                 .group = e->groups[par_gpt_view(e->model, e->pieces[i].view)->decay ? 0 : 1],
                                 .n = e->pieces[i].n};
   }
-  (void)c;
+  for (int i = 0; i < nv; i++) e->trust[i] = NAN;
+  e->base_lr = c->lr;
   return STRATA_OK;
 }
 
@@ -300,7 +302,7 @@ void par_engine_destroy(par_engine_t *e) {
   comm_destroy(e->embc);
   comm_destroy(e->wc);
   comm_destroy(e->ringc);
-  free(e->tens), free(e->sq), free(e->vsq), free(e->in), free(e->tg), free(e->ranges);
+  free(e->tens), free(e->sq), free(e->vsq), free(e->trust), free(e->in), free(e->tg), free(e->ranges);
   free(e);
 }
 
@@ -594,20 +596,72 @@ static int update_streamed(par_engine_t *e, float scale) {
   return STRATA_OK;
 }
 
+/* LAMB's and LARS' trust ratio per view, from the sums the update uses:
+ * per piece where every rank holds whole views (`whole`), else the views'
+ * totals summed over the ranks (e->vsq, sum_views); unknown (NaN) across
+ * pipeline stages. Costs one division per view. */
+static void record_trust(par_engine_t *e, int whole) {
+  int nv = par_gpt_num_views(e->model);
+  for (int v = 0; v < nv; v++) e->trust[v] = NAN;
+  if (e->pp > 1) return;
+  if (whole)
+    for (int i = 0; i < e->npieces; i++)
+      optim_trust_ratio(e->opt, e->tens[i].group, e->sq[2 * i], e->sq[2 * i + 1], &e->trust[e->pieces[i].view]);
+  else
+    for (int v = 0; v < nv; v++)
+      optim_trust_ratio(e->opt, e->groups[par_gpt_view(e->model, v)->decay ? 0 : 1], e->vsq[2 * v],
+                        e->vsq[2 * v + 1], &e->trust[v]);
+}
+
 static int update(par_engine_t *e, float scale) {
   int rc, kind = par_optim_kind(e->optim_name);
   if (e->nvme || e->chunks) return update_streamed(e, scale);
-  if (((e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2) || (kind != OPTIM_LAMB && kind != OPTIM_LARS)) {
+  if (kind != OPTIM_LAMB && kind != OPTIM_LARS) {
     if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
       return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
     return STRATA_OK;
   }
+  /* Both phases here also where views are whole (what optim_step would do),
+   * so that the trust ratios are kept. */
+  int whole = (e->zero == 0 || e->size == 1) && e->tp_size < 2 && e->pp < 2;
   size_t ns = 2 * (size_t)e->npieces;
   if ((rc = optim_partials(e->opt, e->sq, ns, e->tens, e->npieces, scale)) != STRATA_OK)
     return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
-  if ((rc = sum_views(e, e->sq, 2))) return rc;
+  if (!whole && (rc = sum_views(e, e->sq, 2))) return rc;
+  record_trust(e, whole);
   if ((rc = optim_apply(e->opt, e->tens, e->npieces, e->sq, ns, scale)) != STRATA_OK)
     return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
+  return STRATA_OK;
+}
+
+int par_engine_trust_ratios(const par_engine_t *e, double *out, int n) {
+  if (!e || !out || n != par_gpt_num_views(e->model)) return STRATA_EINVAL;
+  memcpy(out, e->trust, (size_t)n * sizeof *out);
+  return STRATA_OK;
+}
+
+int par_engine_set_batch(par_engine_t *e, int global_batch, double lr_scale) {
+  if (!e) return STRATA_EINVAL;
+  int q = e->layout.dp * e->layout.microbatch, accum = global_batch / q;
+  if (global_batch < q || global_batch % q)
+    return engine_fail(e, 1, STRATA_EINVAL, "global batch %d is not a multiple of dp x microbatch = %d x %d",
+                       global_batch, e->layout.dp, e->layout.microbatch);
+  if (!(lr_scale > 0) || isinf(lr_scale) || !(e->base_lr * lr_scale <= 3.0e38))
+    return engine_fail(e, 1, STRATA_EINVAL, "learning-rate scale %g must be finite and > 0", lr_scale);
+  if (accum != e->accum && (e->pp > 1 || e->chunks))
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED,
+                       "the microbatches per step cannot change (%d to %d) with pipeline stages or the chunk "
+                       "policy: their schedules are fixed when the engine is created",
+                       e->accum, accum);
+  e->accum = accum;
+  e->layout.global_batch = global_batch;
+  for (int k = 0; k < 2; k++) {
+    optim_group g;
+    int rc = optim_get_group(e->opt, e->groups[k], &g);
+    g.lr = (float)(e->base_lr * lr_scale);
+    if (rc == STRATA_OK) rc = optim_set_group(e->opt, e->groups[k], &g);
+    if (rc != STRATA_OK) return engine_fail(e, 1, rc, "optimizer: %s", optim_last_error(e->opt));
+  }
   return STRATA_OK;
 }
 

@@ -164,6 +164,8 @@ struct par_engine {
   piece_t *pieces;
   optim_tensor *tens; /* one per piece */
   double *sq, *vsq;   /* per piece, per view (2 per view for LAMB/LARS) */
+  double *trust;      /* per view: LAMB's/LARS' trust ratio in the last update (NaN: not known here) */
+  double base_lr;     /* the configuration's peak rate; par_engine_set_batch scales it */
   int32_t *in, *tg;   /* one microbatch of inputs and targets */
   char model_desc[256], optim_desc[512], layout_desc[160];
   double loss0; /* the loss of the run's first step (NaN before it; kept in checkpoints) */

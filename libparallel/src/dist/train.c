@@ -10,9 +10,12 @@
 
 #include "engine_internal.h"
 
-#define NMETRICS 9
-static const char *const metric_names[NMETRICS] = {
-    "step", "loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "mem_peak", "comm_bytes", "loss_scale"};
+/* The columns of every run, then (LAMB, LARS) "trust.<view>": the trust
+ * ratio of each adapted view in the step's update. */
+#define NMETRICS 10
+static const char *const metric_names[NMETRICS] = {"step",     "loss",       "val_loss",   "lr",
+                                                   "grad_norm", "tokens_per_s", "mem_peak", "comm_bytes",
+                                                   "loss_scale", "global_batch"};
 
 /* Metrics rows are written at most about once a second (and before every
  * checkpoint, evaluation and the end): opening the HDF5 file for each row
@@ -25,12 +28,17 @@ typedef struct {
   par_data_t *data;
   const par_train_options_t *o;
   par_metrics_t *metrics; /* rank 0, when opts.metrics_path */
-  double *rows;           /* [ROWS_MAX][NMETRICS] not yet written */
+  double *rows;           /* [ROWS_MAX][ncols] not yet written */
   int nrows;
   int failed;             /* a metrics write failed (its error joins the next step) */
   double last_flush;
   const par_attr_t *attrs; /* opts.attrs for checkpoints */
   int nattrs;
+  const char **names; /* the columns: metric_names, then the trust ratios' */
+  char *trust_names;  /* their storage */
+  int ncols, nviews;
+  int *trust_view;    /* view of each trust column */
+  double *trust;      /* [nviews] */
 } loop_t;
 
 static void notice(loop_t *lp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -52,7 +60,7 @@ static int open_metrics(loop_t *lp, long start) {
     if (rc == STRATA_OK) {
       while (keep < n && steps[keep] <= (double)start) keep++;
       free(steps);
-      rc = par_metrics_open(path, metric_names, NMETRICS, keep, &lp->metrics, err, sizeof err);
+      rc = par_metrics_open(path, lp->names, lp->ncols, keep, &lp->metrics, err, sizeof err);
       if (rc == STRATA_OK) goto attrs;
     }
     char aside[1100];
@@ -63,7 +71,7 @@ static int open_metrics(loop_t *lp, long start) {
                          err, aside, strerror(errno));
     notice(lp, "%s: cannot be continued; kept as '%s', a new metrics file starts at step %ld", err, aside, start + 1);
   }
-  rc = par_metrics_create(path, metric_names, NMETRICS, &lp->metrics, err, sizeof err);
+  rc = par_metrics_create(path, lp->names, lp->ncols, &lp->metrics, err, sizeof err);
   if (rc != STRATA_OK) return engine_fail(e, 0, rc, "%s", err);
 attrs:
   for (int i = 0; i < lp->o->nattrs; i++)
@@ -185,6 +193,51 @@ static void resume_changes(loop_t *lp, const char *what, const char *then, const
   if (msg[0]) notice(lp, "resuming with %s settings other than the checkpoint's: %s", what, msg);
 }
 
+/* The metrics' columns: the common ones, and for LAMB and LARS one per
+ * adapted view ("trust.h.0.attn.qkv.w") when the engine knows its ratios. */
+static int columns(loop_t *lp) {
+  par_engine_t *e = lp->e;
+  int kind = par_optim_kind(e->optim_name), nv = par_gpt_num_views(e->model), nt = 0;
+  int trust = (kind == OPTIM_LAMB || kind == OPTIM_LARS) && e->pp < 2 && !e->nvme && !e->chunks;
+  size_t chars = 0;
+  for (int v = 0; trust && v < nv; v++)
+    if (par_gpt_view(e->model, v)->decay) nt++, chars += strlen(par_gpt_view(e->model, v)->name) + 7;
+  lp->names = malloc((size_t)(NMETRICS + nt) * sizeof *lp->names);
+  lp->trust_view = malloc((size_t)(nt + 1) * sizeof *lp->trust_view);
+  lp->trust_names = malloc(chars + 1);
+  lp->trust = malloc((size_t)(nv + 1) * sizeof *lp->trust);
+  if (!lp->names || !lp->trust_view || !lp->trust_names || !lp->trust)
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for %d metrics columns", NMETRICS + nt);
+  for (int i = 0; i < NMETRICS; i++) lp->names[i] = metric_names[i];
+  char *at = lp->trust_names;
+  lp->ncols = NMETRICS, lp->nviews = nv;
+  for (int v = 0; trust && v < nv; v++) {
+    if (!par_gpt_view(e->model, v)->decay) continue;
+    lp->trust_view[lp->ncols - NMETRICS] = v;
+    lp->names[lp->ncols++] = at;
+    at += sprintf(at, "trust.%s", par_gpt_view(e->model, v)->name) + 1;
+    for (char *c = (char *)lp->names[lp->ncols - 1]; *c; c++)
+      if (*c == '/') *c = '.'; /* (metric names are datasets at the file's root) */
+  }
+  return STRATA_OK;
+}
+
+/* Batch warm-up: the schedule completed from the layout, and checked. */
+static int batch_schedule(par_engine_t *e, const par_train_options_t *o, optim_batch_schedule *b) {
+  char why[256];
+  *b = o->batch;
+  if (b->start <= 0) b->start = e->layout.global_batch;
+  if (b->end <= 0) b->end = e->layout.global_batch;
+  if (b->quantum <= 0) b->quantum = (long)e->layout.dp * e->layout.microbatch;
+  if (b->seq <= 0) b->seq = e->seq;
+  if (optim_batch_schedule_check(b, why, sizeof why) != STRATA_OK)
+    return engine_fail(e, 1, STRATA_EINVAL, "train options: %s", why);
+  if (o->lr_rule < OPTIM_LR_RULE_NONE || o->lr_rule > OPTIM_LR_RULE_SQRT || !(o->lr_batch >= 0))
+    return engine_fail(e, 1, STRATA_EINVAL, "train options: learning-rate rule %d at batch %g", o->lr_rule,
+                       o->lr_batch);
+  return STRATA_OK;
+}
+
 static int check_options(par_engine_t *e, const par_train_options_t *o) {
   if (o->steps < 1 || o->eval_every < 0 || o->eval_batches < 1 || o->ckpt_every < 0 ||
       o->metrics_every < 1)
@@ -202,7 +255,13 @@ static int run(loop_t *lp, par_train_result_t *res) {
   const par_train_options_t *o = lp->o;
   int rc;
   long start = 0;
-  if ((rc = check_options(e, o)) != STRATA_OK) return rc;
+  optim_batch_schedule bs;
+  if ((rc = check_options(e, o)) != STRATA_OK || (rc = batch_schedule(e, o, &bs)) != STRATA_OK ||
+      (rc = columns(lp)) != STRATA_OK)
+    return rc;
+  const double lr_ref = o->lr_batch > 0 ? o->lr_batch : (double)bs.end;
+  int scheduled = bs.start != bs.end || o->lr_rule != OPTIM_LR_RULE_NONE;
+  long batch_now = e->layout.global_batch;
   if (o->resume) {
     res->fail_phase = "resume";
     if ((rc = par_engine_load(e, o->resume, lp->data, &start)) != STRATA_OK) {
@@ -226,7 +285,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
   res->fail_phase = "start";
   rc = STRATA_OK;
   if (e->wrank == 0 && o->metrics_path) {
-    if (!(lp->rows = malloc(ROWS_MAX * NMETRICS * sizeof *lp->rows)))
+    if (!(lp->rows = malloc((size_t)ROWS_MAX * (size_t)lp->ncols * sizeof *lp->rows)))
       rc = engine_fail(e, 0, STRATA_ENOMEM, "out of memory for metrics rows");
     else rc = open_metrics(lp, start);
   }
@@ -237,8 +296,8 @@ static int run(loop_t *lp, par_train_result_t *res) {
    * update), not evaluation, checkpoints or metrics I/O: tt is its clock,
    * and rates are averaged since the last metrics row / progress report. */
   double tt = 0, tt_row = 0, tt_rep = 0;
-  long done = 0, steps_row = 0, steps_rep = 0;
-  const double tokens_per_step = (double)e->layout.global_batch * e->seq;
+  long done = 0;
+  double tok_row = 0, tok_rep = 0, tok_all = 0; /* tokens trained since the row, the report, the start */
   par_progress_t p = {.rank = e->wrank, .ranks = e->wsize, .step = start, .steps = o->steps,
                       .start = start, .loss = NAN, .val_loss = NAN, .last_val_loss = NAN,
                       .lr = NAN, .grad_norm = NAN, .last_ckpt_step = res->last_ckpt_step,
@@ -248,11 +307,19 @@ static int run(loop_t *lp, par_train_result_t *res) {
   for (long step = start + 1; step <= o->steps; step++) {
     par_step_t st;
     res->fail_phase = "step", res->fail_step = step;
+    if (scheduled) { /* the step's batch and learning rate, from the step alone (resumes too) */
+      long b = optim_batch_at(&bs, step - 1);
+      if ((rc = par_engine_set_batch(e, (int)b, optim_lr_batch_factor(o->lr_rule, (double)b, lr_ref))) != STRATA_OK)
+        return rc;
+      batch_now = b;
+    }
     if ((rc = par_engine_step(e, lp->data, &st)) != STRATA_OK) return rc;
+    double tokens = (double)batch_now * e->seq;
+    tok_row += tokens, tok_rep += tokens, tok_all += tokens;
     if ((rc = diverged(lp, step, &st, res)) != STRATA_OK) return rc;
     double t = engine_now();
     tt += st.seconds;
-    done++, steps_row++, steps_rep++;
+    done++;
     res->step = step;
     res->loss = st.loss;
     /* A stop request (every rank saw it in this step's reduction) skips the
@@ -276,11 +343,16 @@ static int run(loop_t *lp, par_train_result_t *res) {
           comm_counter_t cnt = {0};
           if (groups[g] && comm_counters(groups[g], (comm_kind_t)k, &cnt) == STRATA_OK) sent += (double)cnt.bytes_sent;
         }
-      double tps = tokens_per_step * (double)steps_row / (tt - tt_row);
-      tt_row = tt, steps_row = 0;
+      double tps = tok_row / (tt - tt_row);
+      tt_row = tt, tok_row = 0;
       double row[NMETRICS] = {(double)step, st.loss, v, st.lr, st.grad_norm, tps, (double)peak, sent,
-                              st.loss_scale};
-      memcpy(lp->rows + (size_t)lp->nrows * NMETRICS, row, sizeof row);
+                              st.loss_scale, (double)batch_now};
+      double *at = lp->rows + (size_t)lp->nrows * (size_t)lp->ncols;
+      memcpy(at, row, sizeof row);
+      if (lp->ncols > NMETRICS) {
+        par_engine_trust_ratios(e, lp->trust, lp->nviews);
+        for (int k = NMETRICS; k < lp->ncols; k++) at[k] = st.skipped ? NAN : lp->trust[lp->trust_view[k - NMETRICS]];
+      }
       lp->nrows++;
     }
     if (stop && o->ckpt_path) ckpt = 1;
@@ -292,8 +364,8 @@ static int run(loop_t *lp, par_train_result_t *res) {
       p.step = step;
       p.loss = st.loss, p.val_loss = v, p.lr = st.lr, p.grad_norm = st.grad_norm;
       p.loss_scale = st.loss_scale, p.overflows += st.overflow;
-      p.tokens_per_s = tt > tt_rep ? tokens_per_step * (double)steps_rep / (tt - tt_rep) : 0;
-      tt_rep = tt, steps_rep = 0;
+      p.tokens_per_s = tt > tt_rep ? tok_rep / (tt - tt_rep) : 0;
+      tt_rep = tt, tok_rep = 0;
       p.elapsed_s = engine_now() - t0;
       p.eta_s = p.elapsed_s / (double)done * (double)(o->steps - step);
       p.mem_peak = peak;
@@ -315,7 +387,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
   if ((rc = engine_agree(e, pending)) != STRATA_OK) return rc;
   res->train_seconds = tt;
   res->elapsed_seconds = engine_now() - t0;
-  res->tokens_per_s = done > 0 && tt > 0 ? (double)done * tokens_per_step / tt : 0;
+  res->tokens_per_s = done > 0 && tt > 0 ? tok_all / tt : 0;
   res->fail_phase = NULL;
   return STRATA_OK;
 }
@@ -333,6 +405,6 @@ int par_train_run(par_engine_t *e, par_data_t *data, const par_train_options_t *
   int rc = run(&lp, res);
   par_engine_watch_stop(e, NULL);
   par_metrics_destroy(lp.metrics);
-  free(lp.rows);
+  free(lp.rows), free(lp.names), free(lp.trust_names), free(lp.trust_view), free(lp.trust);
   return rc;
 }
