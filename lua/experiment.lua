@@ -44,7 +44,8 @@ function M.check_overrides_used()
   for _, o in ipairs(parsed_overrides()) do
     if not o.used then
       raise("command line", o.path, o.value,
-            "not used: this recipe calls no strata.experiment and never asked for it with strata.option")
+            "not used: this recipe calls no strata.experiment and never asked for it with strata.option" ..
+            (M.mode == "plan" and " (strata.plan and strata.plan_search take their settings from the recipe alone)" or ""))
     end
   end
 end
@@ -65,18 +66,23 @@ function M.experiment(recipe)
     if not o.used then overrides[#overrides + 1] = o end
   end
   local cfg = M.validate(recipe, where, overrides)
+  if M.mode == "plan" then return M.plan_experiment(cfg) end
   return M.prepare_and_train(cfg)
 end
 
-function M.prepare_and_train(cfg)
-  local rank, size = M.world()
+-- The data-parallel degree and the batch of a validated configuration on
+-- `size` devices; devices(product) words where they come from for the
+-- message (by default the ranks running).
+function M.resolve_batch(cfg, size, devices)
   local p = cfg.parallel
   local dp = p.dp == "auto" and size // (p.tp * p.pp * p.sp) or p.dp
   local product = dp * p.tp * p.pp * p.sp
   if product ~= size or dp < 1 then
+    devices = devices or function(n)
+      return string.format("%d ranks are running (start with strata run -n %d)", size, n)
+    end
     raise(cfg._locate("parallel.dp"), "parallel.dp", p.dp,
-          string.format("dp*tp*pp*sp = %d but %d ranks are running (start with strata run -n %d)",
-                        product, size, product))
+          string.format("dp*tp*pp*sp = %d but %s", product, devices(product)))
   end
   cfg.parallel.dp = dp
   local t = cfg.train
@@ -139,6 +145,12 @@ function M.prepare_and_train(cfg)
           string.format("the interleaved schedule needs microbatches per step (%d) a multiple of parallel.pp = %d",
                         t.accum, p.pp))
   end
+end
+
+function M.prepare_and_train(cfg)
+  local rank, size = M.world()
+  M.resolve_batch(cfg, size)
+  local p = cfg.parallel
   local d = cfg.data
   local data, err = M.data.open{
     source = d.source, path = d.path, val_path = d.val_path, val_fraction = d.val_fraction,
@@ -165,4 +177,72 @@ function M.prepare_and_train(cfg)
   end
   M.last_run = M.train(cfg, data, {rank = rank, size = size})
   return M.last_run
+end
+
+-- Under `strata plan`, strata.experiment validates the recipe and the
+-- command line as `strata run` does, then plans it instead of training: the
+-- model, layout, batch (train.batch as the microbatch), precision and
+-- offload of the recipe on the cluster of plan.cluster, else on this
+-- machine sized to the layout's ranks. Errors point at the recipe's lines.
+function M.plan_experiment(cfg)
+  local m, p, t, loc = cfg.model, cfg.parallel, cfg.train, cfg._locate
+  local function relocate(path, ok, r, ...) -- an error of strata.plan, placed at the recipe's key
+    if ok then return r, ... end
+    if type(r) == "table" and type(r.message) == "string" then
+      local msg = r.message:gsub("^%[strata [%w_]+%]:%d+: ", "")
+      if path == "plan.cluster" then
+        msg = "plan.cluster = " .. M.show_value(cfg.plan.cluster) .. ": " .. msg:gsub("^cluster: ", "")
+      end
+      r.message = loc(path) .. ": " .. msg
+    end
+    error(r, 0)
+  end
+  local cluster, world, devices = cfg.plan.cluster, nil, nil
+  if cluster ~= nil then
+    local c = relocate("plan.cluster", pcall(M.cluster, cluster))
+    world = c.nodes * c.gpus_per_node
+    devices = function() return string.format("plan.cluster '%s' has %d devices", c.name, world) end
+  else
+    world = (p.dp == "auto" and 1 or p.dp) * p.tp * p.pp * p.sp
+    if world > 1024 then
+      raise(loc("parallel.dp"), "parallel.dp", p.dp,
+            string.format("%d devices are more than this machine's plan holds (1024): set plan.cluster", world))
+    end
+    cluster = {base = "this-machine", nodes = 1, gpus_per_node = world}
+  end
+  M.resolve_batch(cfg, world, devices)
+  local vocab = m.vocab
+  if vocab == "auto" then -- as the run would find it: bytes, padded over the tensor ranks
+    if cfg.data.source ~= "markov" and cfg.data.source ~= "text" then
+      raise(loc("model.vocab"), "model.vocab", vocab,
+            string.format('strata plan does not read the data (data.source = "%s"): set model.vocab', cfg.data.source))
+    end
+    vocab = (256 + p.tp - 1) // p.tp * p.tp
+  end
+  local tier = ({static = "cpu", nvme = "nvme"})[cfg.offload.policy]
+  local parallel = {dp = p.dp, tp = p.tp, pp = p.pp, sp = p.sp, zero = p.zero, microbatch = t.batch,
+                    global_batch = t.global_batch, precision = p.precision, seq_parallel = p.seq_parallel,
+                    partition_activations = p.partition_activations, offload_optimizer = tier}
+  if p.pp > 1 then parallel.schedule, parallel.interleave = p.schedule, p.interleave end
+  local ok, plan = pcall(M.plan, {
+    model = {layers = m.layers, hidden = m.hidden, heads = m.heads, seq = t.seq or m.seq, vocab = vocab,
+             recompute = m.recompute},
+    parallel = parallel, cluster = cluster})
+  if not ok then -- a layout the planner refuses: at the recipe's parallel section (its precision for a missing peak)
+    local msg = type(plan) == "table" and tostring(plan.message) or ""
+    relocate(msg:find(" peak") and "parallel.precision" or "parallel", false, plan)
+  end
+  if cfg.offload.policy == "chunks" then
+    print('note: offload.policy = "chunks" (PatrickStar\'s) is not in the planner\'s model: planned without offload')
+  end
+  if not cfg._given["parallel.precision"] then
+    local c = M.cluster(cluster)
+    local best = c["peak_flops.bf16"] > 0 and "bf16" or c["peak_flops.fp16"] > 0 and "fp16" or nil
+    if best and c["peak_flops." .. best] > c["peak_flops.fp32"] then
+      print(string.format('note: parallel.precision is not set, so this plan is in fp32, as strata run trains; ' ..
+                          'parallel.precision = "%s" plans mixed precision (%.4g TFLOP/s peak against %.4g)',
+                          best, c["peak_flops." .. best] / 1e12, c["peak_flops.fp32"] / 1e12))
+    end
+  end
+  return plan
 end

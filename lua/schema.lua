@@ -130,6 +130,10 @@ local sections = {
     host_mb = {t = NUM, min = 0, default = 0, doc = "liboffload's host tier in MiB (static and chunks); 0: what the policy needs"},
     chunk_mb = {t = NUM, min = 0, default = 0, doc = "with policy = \"chunks\": the chunks' size in MiB; 0: PatrickStar's search (the size that wastes least)"},
   },
+  plan = {
+    cluster = {t = STR, also_type = "table",
+               doc = "strata plan only: the cluster to plan on, a preset name (recipes/clusters/) or a table of its fields (base = a preset, nodes, ...); default this machine with the layout's ranks"},
+  },
   metrics = {
     path = {t = STR, doc = "metrics file (default RUN_DIR/metrics.h5)"},
     plot = {t = STR, also = false, doc = "loss plot (default RUN_DIR/loss.png); false: none"},

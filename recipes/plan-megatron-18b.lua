@@ -12,4 +12,4 @@ strata.plan{
   parallel = {dp = 32, tp = 8, pp = 1, microbatch = 1, global_batch = 1024, precision = "fp16"},
   cluster = cluster,
 }
-strata.plan_search{model = model, cluster = cluster, global_batch = 1024, top = 5}
+strata.plan_search{model = model, cluster = cluster, global_batch = 1024, precision = "fp16", top = 5}

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Bad recipes: each tests/lua/bad/*.lua starts with
 #   -- expect: STATUS MESSAGE      (exit status, a substring of the error line)
+#   -- command: plan               (optional: `strata plan` instead of `strata run`)
 #   -- args: key=value ...         (optional command-line overrides)
-# and must make `strata run` print exactly one line on stderr containing
-# MESSAGE and exit with STATUS, without writing anything under runs/.
+# and must make `strata run` (or `strata plan`) print exactly one line on
+# stderr containing MESSAGE and exit with STATUS, without writing anything
+# under runs/.
 # Also checks the command line itself (unknown command, bad overrides).
 set -u
 BUILD=${BUILD:-build}
@@ -32,9 +34,10 @@ check() { # name, expected status, expected substring, command...
 for f in "$here"/bad/*.lua; do
   want=$(sed -n '1s/^-- expect: \([0-9]*\) .*/\1/p' "$f")
   msg=$(sed -n '1s/^-- expect: [0-9]* \(.*\)/\1/p' "$f")
-  args=$(sed -n '2s/^-- args: //p' "$f")
+  args=$(sed -n '2,3s/^-- args: //p' "$f")
+  cmd=$(sed -n '2,3s/^-- command: //p' "$f")
   # shellcheck disable=SC2086
-  check "$(basename "$f")" "$want" "$msg" "$S" run "$f" $args
+  check "$(basename "$f")" "$want" "$msg" "$S" "${cmd:-run}" "$f" $args
 done
 check "unknown command" 2 "strata: unknown command 'trian' (commands: run, plan, sample, eval, convert, info, plot, help, version)" "$S" trian
 check "no recipe" 2 "strata run: no recipe given" "$S" run

@@ -34,7 +34,69 @@ require("strata").plan{model = {layers = 2, hidden = 64, heads = 4, seq = 64, vo
   parallel = {tp_mode = "4d"}, cluster = "dgx-a100-80gb"}
 R
 out=$("$s" plan "$work/bad3.lua" 2>&1) && no "tp_mode 4d accepted"
-grep -q "tp_mode = 4d: expected one of 1d, 2d, 2.5d, 3d" <<<"$out" || no "message: $out"
+grep -q "bad3.lua:1: plan: parallel.tp_mode = \"4d\": expected one of 1d, 2d, 2.5d, 3d" <<<"$out" || no "message: $out"
+# strata plan applies key=value settings to the recipe's experiment, checked as under strata run
+out=$(cd "$work" && "$OLDPWD/$s" plan q.lua model.layers=4 train.batch=2 2>&1) || no "plan with settings exited $?: $out"
+grep -q "GPT 4 layers" <<<"$out" && grep -q "microbatch 2, global batch 2," <<<"$out" || no "settings not applied: $out"
+# plan.cluster: parallel.dp = "auto" spreads over its devices; the precision is the run's (fp32 unless set),
+# printed, with a note where the GPU has a faster one
+cat >"$work/cl2.lua" <<'R'
+local strata = require "strata"
+strata.experiment{
+  model = {layers = 24, hidden = 2048, heads = 16, seq = 1024, vocab = 51200},
+  parallel = {tp = 2},
+  train = {batch = 4, accum = 2},
+  plan = {cluster = {base = "dgx-a100-80gb", nodes = 2}},
+}
+R
+out=$("$s" plan "$work/cl2.lua" 2>&1) || no "plan on plan.cluster exited $?: $out"
+grep -q "layout   dp 8 x tp 2 (1d) x pp 1 x sp 1, ZeRO 0, microbatch 4, global batch 64," <<<"$out" &&
+  grep -q "^precision fp32: " <<<"$out" && grep -q "^cluster  dgx-a100-80gb: 2 nodes x 8 GPUs" <<<"$out" &&
+  grep -q '^note: parallel.precision is not set, so this plan is in fp32, as strata run trains; parallel.precision = "bf16"' <<<"$out" ||
+  no "plan of an experiment on plan.cluster: $out"
+out=$("$s" plan "$work/cl2.lua" parallel.precision=bf16 plan.cluster=dgx-h100 2>&1) || no "exited $?: $out"
+grep -q "^precision bf16 mixed: " <<<"$out" && grep -q "^cluster  dgx-h100: 1 node x 8 GPUs" <<<"$out" &&
+  ! grep -q "^note:" <<<"$out" || no "plan with parallel.precision=bf16 plan.cluster=dgx-h100: $out"
+# One default precision: strata.plan and strata.plan_search without one plan the cluster's mixed
+# precision (bf16 on A100, fp16 on V100, which lacks bf16); the search's options fix or list
+# precision, schedule and interleave; its rejections come grouped by cause, every cause printed.
+cat >"$work/prec.lua" <<'R'
+local s = require "strata"
+local m = {layers = 24, hidden = 1024, heads = 16, seq = 1024, vocab = 51200}
+assert(s.plan{model = m, cluster = "dgx-a100-80gb", print = false}.parallel.precision == "bf16")
+assert(s.plan{model = m, cluster = "dgx1-v100-32gb", print = false}.parallel.precision == "fp16")
+for _, e in ipairs(s.plan_search{model = m, cluster = "dgx1-v100-32gb", global_batch = 64, top = 50, print = false}) do
+  assert(e.parallel.precision == "fp16", e.layout)
+end
+local r = s.plan_search{model = m, cluster = {base = "dgx-a100-40gb", nodes = 2}, global_batch = 64, top = 100000,
+                        precision = {"fp32", "bf16"}, schedule = {"1f1b", "interleaved"}, interleave = {2, 3},
+                        print = false}
+local seen, rejected = {}, 0
+for _, e in ipairs(r) do
+  local p = e.parallel
+  seen[p.precision] = true
+  if p.pp > 1 then
+    seen[p.schedule .. p.interleave] = true
+    assert(p.schedule == "1f1b" and p.interleave == 1 or p.schedule == "interleaved" and (p.interleave == 2 or p.interleave == 3))
+  end
+  if not e.fits then rejected = rejected + 1 end
+end
+assert(seen.fp32 and seen.bf16 and not seen.fp16 and seen["1f1b1"] and seen.interleaved2 and seen.interleaved3)
+assert(r[1].fits and r[1].parallel.precision == "bf16", "bf16 is the fastest on A100")
+local sum = 0
+for _, c in ipairs(r.rejected) do
+  sum = sum + c.count
+  assert(c.cause:find("#", 1, true) and type(c.why) == "string" and c.parallel.dp >= 1)
+end
+assert(sum == rejected, "causes count every rejected layout")
+print("causes " .. #r.rejected)
+s.plan_search{model = m, cluster = {base = "dgx-a100-40gb", nodes = 2}, global_batch = 64, top = 1,
+              precision = {"fp32", "bf16"}, schedule = {"1f1b", "interleaved"}, interleave = {2, 3}}
+R
+out=$("$s" plan "$work/prec.lua" 2>&1) || no "default precision and search options: $out"
+causes=$(sed -n 's/^causes //p' <<<"$out")
+[ -n "$causes" ] && [ "$causes" -gt 1 ] && grep -q " rejected for $causes causes:" <<<"$out" &&
+  [ "$(grep -c '^           #[0-9]*: dp ' <<<"$out")" = "$causes" ] || no "search causes ($causes): $out"
 # a cluster given as its Lua file plans exactly like the C preset of the same name
 for f in recipes/clusters/*.lua; do
   name=$(basename "$f" .lua)

@@ -32,7 +32,7 @@ static int plan_example(FILE *out) {
   /* Or let the planner search every layout of the 256 GPUs. */
   par_search_opts_t opts = PAR_SEARCH_OPTS_DEFAULTS;
   opts.global_batch = 1024;
-  opts.precision = PAR_PREC_FP16;
+  opts.precisions = 1 << PAR_PREC_FP16; /* fixed; 0: the cluster's default, bf16 on A100 */
   size_t total = 0;
   rc = par_plan_search(&model, &cluster, NULL, &opts, NULL, 0, &total);
   if (rc) return rc;

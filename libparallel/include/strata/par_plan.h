@@ -66,11 +66,26 @@ STRATA_API int par_cluster_validate(const par_cluster_t *c, char *why, size_t n)
 
 /* Fields by name, for Lua tables and recipe overrides: keys are the field
  * names above, the peaks "peak_flops.fp32|bf16|fp16". set: STRATA_ENOTFOUND
- * for an unknown key, STRATA_EINVAL for a non-finite value or a non-integer
- * nodes / gpus_per_node. par_cluster_key(i) lists the keys (NULL past the end). */
+ * for an unknown key, STRATA_EINVAL for a value outside the key's range
+ * (par_cluster_check). par_cluster_key(i) lists the keys (NULL past the end). */
 STRATA_API int par_cluster_set(par_cluster_t *c, const char *key, double value);
 STRATA_API int par_cluster_get(const par_cluster_t *c, const char *key, double *value);
 STRATA_API const char *par_cluster_key(int i);
+/* Whether `value` is in the range of cluster key `key`: nodes an integer in
+ * 1..1000000, gpus_per_node in 1..1024, a bf16 or fp16 peak, a latency and
+ * the NVMe figures >= 0, every other field > 0, all finite. STRATA_ENOTFOUND
+ * for an unknown key, STRATA_EINVAL out of range; why (may be NULL) says
+ * "KEY = VALUE: must be ..." with the range. */
+STRATA_API int par_cluster_check(const char *key, double value, char *why, size_t n);
+
+/* The precision the planner assumes when none is given (strata.plan,
+ * strata.plan_search, par_plan_search with precisions 0): mixed precision
+ * in the device's 16-bit format, 16-bit parameters and gradients with fp32
+ * master weights and Adam moments, as every published large run trains:
+ * bf16 where the cluster's GPU has a bf16 peak, else fp16 (V100), else fp32.
+ * The runtime's default (PAR_LAYOUT_DEFAULTS, a recipe's parallel.precision)
+ * stays fp32. */
+STRATA_API par_precision_t par_plan_default_precision(const par_cluster_t *c);
 
 /* ------------------------------------------------------------- parameters */
 
@@ -154,10 +169,20 @@ typedef struct {
  * (tests/train/zero_equiv.c). */
 STRATA_API void par_plan_params_engine(par_plan_params_t *p);
 
-/* Parameters by name (the field names above), as for the cluster. */
+/* Parameters by name (the field names above), as for the cluster: set
+ * returns STRATA_EINVAL for a value outside the key's range. */
 STRATA_API int par_plan_params_set(par_plan_params_t *p, const char *key, double value);
 STRATA_API int par_plan_params_get(const par_plan_params_t *p, const char *key, double *value);
 STRATA_API const char *par_plan_params_key(int i);
+/* The range of each parameter (docs/planner.md, below its table): the
+ * efficiencies in (0, 1], the overlaps and the 0/1 switches in [0, 1],
+ * bwd_factor and token_budget > 0, shard_align an integer in 0..2^30, every
+ * other >= 0; all finite. As par_cluster_check. */
+STRATA_API int par_plan_params_check(const char *key, double value, char *why, size_t n);
+/* Every parameter in its range, and each "_replicated" share at most its
+ * whole (ew_passes_token, act_token_elems, bwd_scratch_token_elems).
+ * STRATA_EINVAL with the key, value and range in why. */
+STRATA_API int par_plan_params_validate(const par_plan_params_t *p, char *why, size_t n);
 
 /* ---------------------------------------------------------------- formulas */
 
@@ -290,22 +315,26 @@ STRATA_API int par_plan_calibrate(const par_gpt_config_t *m, const par_layout_t 
 
 /* ------------------------------------------------------------------ search */
 
-/* What the search enumerates. Zero/NULL fields mean defaults. */
+/* What the search enumerates. Each option either fixes a setting or lists
+ * the values tried (bit masks of 1 << the enum). */
 typedef struct {
-  int global_batch;       /* B, fixed (sequences per step) */
-  par_precision_t precision;
+  int global_batch;       /* B, fixed (sequences per step), required (>= 1) */
+  int precisions;         /* bit mask of 1 << par_precision_t tried; 0: the cluster's default,
+                             par_plan_default_precision */
   int max_microbatch;     /* microbatches tried: 1, 2, 4, ... up to this (default 8) */
   int tp_modes;           /* bit mask of 1 << par_tp_mode_t (default: 1d only) */
-  int max_zero_stage;     /* stages 0..max tried (default 3) */
+  int max_zero_stage;     /* stages 0..max tried (default 3; outside 0..3 is an error) */
   int try_offload;        /* also try optimizer (+gradient) offload to CPU */
   int try_sp;             /* also try sequence parallelism */
   int try_recompute;      /* 1: try both recompute settings; 0: keep the model's */
-  par_schedule_t schedule;
+  int schedules;          /* with pp > 1: bit mask of 1 << par_schedule_t tried; 0: 1F1B */
+  int interleaves;        /* under the interleaved schedule: bit mask of 1 << v, v model chunks per
+                             stage tried (2 <= v <= 30); 0: every v >= 2 that divides a stage's layers */
 } par_search_opts_t;
 #define PAR_SEARCH_OPTS_DEFAULTS                                                                   \
-  {.global_batch = 0, .precision = PAR_PREC_BF16, .max_microbatch = 8, .tp_modes = 1,             \
+  {.global_batch = 0, .precisions = 0, .max_microbatch = 8, .tp_modes = 1,                         \
    .max_zero_stage = 3, .try_offload = 0, .try_sp = 0, .try_recompute = 1,                        \
-   .schedule = PAR_SCHED_1F1B}
+   .schedules = 0, .interleaves = 0}
 
 typedef struct {
   par_layout_t layout;
@@ -317,12 +346,32 @@ typedef struct {
  * sorts: layouts that fit by tokens/s (best first), then valid layouts that
  * do not fit (least memory first), then invalid ones; each carries its
  * reason. Copies the first min(cap, total) into out (caller-owned array, may
- * be NULL when cap is 0) and the total into *total. */
+ * be NULL when cap is 0) and the total into *total. STRATA_EINVAL for a
+ * missing global batch, an option out of its range (a mask bit of no enum
+ * value, max_zero_stage outside 0..3), a bad cluster or parameters outside
+ * their ranges (par_plan_params_validate). */
 STRATA_API int par_plan_search(const par_gpt_config_t *m, const par_cluster_t *c,
                                const par_plan_params_t *p, const par_search_opts_t *o,
                                par_plan_entry_t *out, size_t cap, size_t *total);
-/* Prints the top `top` fitting entries and up to `top` rejected ones with reasons. */
+/* Prints the top `top` fitting entries, then every cause of rejection
+ * (par_plan_search_causes) with its count and the first layout it rejected. */
 STRATA_API int par_plan_search_print(FILE *f, const par_plan_entry_t *e, size_t count, size_t top);
+
+/* One cause of rejection in a search: the entries that do not fit whose
+ * reasons read the same once their numbers are replaced by '#' ("needs # GB
+ * per device of # GB (largest: activations # GB)"), so that one cause over
+ * many sizes counts once. */
+typedef struct {
+  char cause[256];        /* the reason with each number as '#' */
+  size_t count;           /* entries rejected for it */
+  size_t first;           /* index of the first of them (its reason has the numbers) */
+} par_plan_cause_t;
+/* The causes of the entries of a sorted search that do not fit: valid
+ * layouts too big first, then invalid ones, each by count (most first).
+ * Fills up to cap (out may be NULL when cap is 0) and *n with the number of
+ * causes. */
+STRATA_API int par_plan_search_causes(const par_plan_entry_t *e, size_t count, par_plan_cause_t *out,
+                                      size_t cap, size_t *n);
 
 /* ------------------------------------------------------------ reproduction */
 

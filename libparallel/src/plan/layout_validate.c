@@ -50,9 +50,9 @@ int par_layout_validate(const par_gpt_config_t *m, const par_layout_t *l, int wo
   if (l->dp < 1 || l->tp < 1 || l->pp < 1 || l->sp < 1)
     return reject(why, n, "degrees must be >= 1 (dp %d, tp %d, pp %d, sp %d)", l->dp, l->tp, l->pp,
                   l->sp);
-  long long prod = (long long)l->dp * l->tp * l->pp * l->sp;
+  double prod = (double)l->dp * l->tp * l->pp * l->sp; /* exact up to 2^53, any int degrees */
   if (prod != world)
-    return reject(why, n, "dp %d x tp %d x pp %d x sp %d = %lld, not the %d devices", l->dp, l->tp,
+    return reject(why, n, "dp %d x tp %d x pp %d x sp %d = %.0f, not the %d devices", l->dp, l->tp,
                   l->pp, l->sp, prod, world);
   if ((int)l->tp_mode < PAR_TP_1D || (int)l->tp_mode > PAR_TP_3D)
     return reject(why, n, "unknown tensor mode %d", (int)l->tp_mode);
@@ -129,7 +129,7 @@ int par_layout_validate(const par_gpt_config_t *m, const par_layout_t *l, int wo
   if (l->interleave < 1) return reject(why, n, "interleave %d must be >= 1", l->interleave);
   if (l->schedule != PAR_SCHED_INTERLEAVED && l->interleave != 1)
     return reject(why, n, "interleave %d needs the interleaved schedule", l->interleave);
-  if (l->schedule == PAR_SCHED_INTERLEAVED && m->layers % (l->pp * l->interleave))
+  if (l->schedule == PAR_SCHED_INTERLEAVED && m->layers % ((long long)l->pp * l->interleave))
     return reject(why, n, "layers %d are not divisible by %d stages x %d chunks", m->layers, l->pp,
                   l->interleave);
 

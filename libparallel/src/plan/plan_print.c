@@ -1,6 +1,7 @@
 /* The `strata plan` report: one estimate as a table, or the top layouts of
  * a search with the reasons the others were rejected. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "plan_internal.h"
@@ -35,6 +36,11 @@ int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
           par_plan_param_count(m), par_megatron_param_count(m));
   fprintf(f, "layout   ");
   print_layout(f, l);
+  if (l->precision == PAR_PREC_FP32)
+    fprintf(f, "\nprecision fp32: parameters, gradients, Adam moments and activations in fp32");
+  else if ((int)l->precision > 0 && (int)l->precision < 3)
+    fprintf(f, "\nprecision %s mixed: %s parameters and gradients, fp32 master weights and Adam moments",
+            prec_name[l->precision], prec_name[l->precision]);
   /* (this machine's preset stands for its CPU: devices, and a peak below 1 TFLOP/s printed as such) */
   int cpu = !strcmp(c->name, "this-machine");
   fprintf(f, "\ncluster  %s: %d node%s x %d %s, %.0f GB each, %.3g TFLOP/s %s peak\n", c->name, c->nodes,
@@ -75,17 +81,21 @@ int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
 
 static void entry_line(FILE *f, size_t i, const par_plan_entry_t *e) {
   const par_layout_t *l = &e->layout;
-  char mode[16];
+  char mode[16], sched[16];
   if (l->tp_mode == PAR_TP_2P5D) snprintf(mode, sizeof mode, "2.5d/%d", l->tp_depth);
   else snprintf(mode, sizeof mode, "%s", plan_mode_name(l->tp_mode));
-  fprintf(f, "%4zu %5d %5d %-6s %4d %3d %4d %4d %6s %-4s", i + 1, l->dp, l->tp, mode, l->pp, l->sp,
-          l->zero_stage, l->microbatch, e->recompute ? "on" : "off",
-          l->offload_optimizer ? "cpu" : "-");
+  if (l->pp == 1) snprintf(sched, sizeof sched, "-");
+  else if (l->schedule == PAR_SCHED_INTERLEAVED) snprintf(sched, sizeof sched, "int/%d", l->interleave);
+  else if ((int)l->schedule >= 0 && (int)l->schedule < 3) snprintf(sched, sizeof sched, "%s", sched_name[l->schedule]);
+  else snprintf(sched, sizeof sched, "?");
+  fprintf(f, "%4zu %5d %5d %-6s %4d %3d %4d %4d %6s %-4s %-4s %-6s", i + 1, l->dp, l->tp, mode, l->pp, l->sp,
+          l->zero_stage, l->microbatch, e->recompute ? "on" : "off", l->offload_optimizer ? "cpu" : "-",
+          (int)l->precision >= 0 && (int)l->precision < 3 ? prec_name[l->precision] : "?", sched);
 }
 
 int par_plan_search_print(FILE *f, const par_plan_entry_t *e, size_t count, size_t top) {
   if (!f || (count && !e)) return STRATA_EINVAL;
-  const char *head = "   #    dp    tp mode     pp  sp zero   mb recomp off ";
+  const char *head = "   #    dp    tp mode     pp  sp zero   mb recomp off  prec sched ";
   fprintf(f, "%s   mem GB   step s  TFLOP/s   MFU  tokens/s\n", head);
   size_t shown = 0, fitting = 0;
   for (size_t i = 0; i < count; i++)
@@ -98,27 +108,34 @@ int par_plan_search_print(FILE *f, const par_plan_entry_t *e, size_t count, size
     shown++;
   }
   fprintf(f, "%zu of %zu layouts fit", fitting, count);
-  if (count > fitting) fprintf(f, "; rejected:\n");
-  else fprintf(f, "\n");
-  /* One line per distinct reason (the first layout that gave it), in rank
-   * order: too big before invalid. */
-  enum { MAXR = 64 };
-  const char *printed[MAXR];
-  shown = 0;
-  for (size_t i = 0; i < count && shown < top && shown < MAXR; i++) {
-    if (e[i].plan.fits) continue;
-    int seen = 0;
-    for (size_t j = 0; j < shown && !seen; j++) seen = !strcmp(printed[j], e[i].plan.why);
-    if (seen) continue;
-    printed[shown] = e[i].plan.why;
-    size_t same = 0;
-    for (size_t j = i; j < count; j++)
-      if (!e[j].plan.fits && !strcmp(e[j].plan.why, e[i].plan.why)) same++;
-    entry_line(f, i, &e[i]);
-    fprintf(f, "  %s", e[i].plan.why);
-    if (same > 1) fprintf(f, " (%zu layouts)", same);
+  if (count == fitting) {
     fprintf(f, "\n");
-    shown++;
+    return STRATA_OK;
   }
+  /* Every cause (too big before invalid, the most common first), with the
+   * first layout it rejected and that layout's own reason. */
+  size_t nc = 0;
+  int rc = par_plan_search_causes(e, count, NULL, 0, &nc);
+  par_plan_cause_t *c = rc ? NULL : malloc((nc ? nc : 1) * sizeof *c);
+  if (!c) return rc ? rc : STRATA_ENOMEM;
+  par_plan_search_causes(e, count, c, nc, &nc);
+  fprintf(f, "; %zu rejected for %zu cause%s:\n  layouts  cause, as the first layout it rejected gives it\n",
+          count - fitting, nc, nc == 1 ? "" : "s");
+  for (size_t k = 0; k < nc; k++) {
+    const par_plan_entry_t *x = &e[c[k].first];
+    const par_layout_t *l = &x->layout;
+    fprintf(f, "%9zu  %s\n           #%zu: dp %d x tp %d (%s", c[k].count, x->plan.why, c[k].first + 1, l->dp,
+            l->tp, plan_mode_name(l->tp_mode));
+    if (l->tp_mode == PAR_TP_2P5D) fprintf(f, ", depth %d", l->tp_depth);
+    fprintf(f, ") x pp %d x sp %d, ZeRO %d, microbatch %d, recompute %s, %s", l->pp, l->sp, l->zero_stage,
+            l->microbatch, x->recompute ? "on" : "off",
+            (int)l->precision >= 0 && (int)l->precision < 3 ? prec_name[l->precision] : "?");
+    if (l->pp > 1 && (int)l->schedule >= 0 && (int)l->schedule < 3)
+      fprintf(f, ", %s", sched_name[l->schedule]);
+    if (l->pp > 1 && l->schedule == PAR_SCHED_INTERLEAVED) fprintf(f, " x%d", l->interleave);
+    if (l->offload_optimizer) fprintf(f, ", optimizer offloaded to the CPU");
+    fprintf(f, "\n");
+  }
+  free(c);
   return STRATA_OK;
 }

@@ -42,7 +42,42 @@ static int cmp_entries(const void *pa, const void *pb) {
   if (a->layout.zero_stage != b->layout.zero_stage) return a->layout.zero_stage - b->layout.zero_stage;
   if (a->layout.microbatch != b->layout.microbatch) return a->layout.microbatch - b->layout.microbatch;
   if (a->recompute != b->recompute) return a->recompute - b->recompute;
-  return (int)a->layout.offload_optimizer - (int)b->layout.offload_optimizer;
+  if (a->layout.offload_optimizer != b->layout.offload_optimizer)
+    return (int)a->layout.offload_optimizer - (int)b->layout.offload_optimizer;
+  if (a->layout.precision != b->layout.precision) return (int)a->layout.precision - (int)b->layout.precision;
+  if (a->layout.schedule != b->layout.schedule) return (int)a->layout.schedule - (int)b->layout.schedule;
+  return a->layout.interleave - b->layout.interleave;
+}
+
+par_precision_t par_plan_default_precision(const par_cluster_t *c) {
+  if (c && c->peak_flops[PAR_PREC_BF16] > 0) return PAR_PREC_BF16;
+  if (c && c->peak_flops[PAR_PREC_FP16] > 0) return PAR_PREC_FP16;
+  return PAR_PREC_FP32;
+}
+
+/* The (schedule, interleave) pairs tried with pp stages of `layers`: 1F1B
+ * alone without a pipeline; with one, each schedule of the mask, the
+ * interleaved one with each chunk count of its mask (or every v >= 2 that
+ * divides a stage's layers). */
+static int schedules_of(const par_search_opts_t *o, int layers, int pp, int sched[], int inter[]) {
+  int n = 0;
+  if (pp == 1) {
+    sched[0] = PAR_SCHED_1F1B, inter[0] = 1;
+    return 1;
+  }
+  int mask = o->schedules ? o->schedules : 1 << PAR_SCHED_1F1B;
+  for (int s = PAR_SCHED_GPIPE; s <= PAR_SCHED_INTERLEAVED; s++) {
+    if (!(mask & (1 << s))) continue;
+    if (s != PAR_SCHED_INTERLEAVED) {
+      sched[n] = s, inter[n++] = 1;
+      continue;
+    }
+    for (int v = 2; v <= 30; v++) {
+      int tried = o->interleaves ? (o->interleaves >> v) & 1 : layers % pp == 0 && (layers / pp) % v == 0;
+      if (tried) sched[n] = s, inter[n++] = v;
+    }
+  }
+  return n;
 }
 
 int par_plan_search(const par_gpt_config_t *m, const par_cluster_t *c, const par_plan_params_t *p,
@@ -50,13 +85,19 @@ int par_plan_search(const par_gpt_config_t *m, const par_cluster_t *c, const par
   if (total) *total = 0;
   if (!m || !c || !total || (cap && !out)) return STRATA_EINVAL;
   if (par_cluster_validate(c, NULL, 0)) return STRATA_EINVAL;
+  if (p && par_plan_params_validate(p, NULL, 0)) return STRATA_EINVAL;
   par_search_opts_t opt = PAR_SEARCH_OPTS_DEFAULTS;
   if (o) opt = *o;
   if (opt.global_batch < 1) return STRATA_EINVAL;
   if (opt.max_microbatch < 1) opt.max_microbatch = 1;
+  if (opt.max_microbatch > 1 << 29) opt.max_microbatch = 1 << 29; /* mbs doubles past it in an int */
   if (opt.tp_modes == 0) opt.tp_modes = 1 << PAR_TP_1D;
-  if (opt.max_zero_stage < 0 || opt.max_zero_stage > 3) opt.max_zero_stage = 3;
+  if (opt.precisions == 0) opt.precisions = 1 << par_plan_default_precision(c);
+  if (opt.max_zero_stage < 0 || opt.max_zero_stage > 3 || opt.tp_modes & ~0xf || opt.precisions & ~0x7 ||
+      opt.schedules & ~0x7 || opt.interleaves & ~0x7ffffffc)
+    return STRATA_EINVAL;
   int world = c->nodes * c->gpus_per_node;
+  int sched[32], inter[32];
   entries_t e = {0};
   int rc = STRATA_OK;
 
@@ -78,33 +119,40 @@ int par_plan_search(const par_gpt_config_t *m, const par_cluster_t *c, const par
             int nd = dp * sp;
             for (int zs = 0; zs <= opt.max_zero_stage; zs++) {
               if (nd == 1 && zs > 0) continue; /* nothing to shard over */
+              int nsched = schedules_of(&opt, m->layers, pp, sched, inter);
               for (int off = 0; off <= (opt.try_offload ? 1 : 0); off++) {
-                for (int mbs = 1; mbs <= opt.max_microbatch; mbs *= 2) {
-                  for (int rcmp = 0; rcmp <= 1; rcmp++) {
-                    int recompute = opt.try_recompute ? rcmp : m->recompute;
-                    if (!opt.try_recompute && rcmp) continue;
-                    par_plan_entry_t x;
-                    memset(&x, 0, sizeof x);
-                    par_layout_t l = PAR_LAYOUT_DEFAULTS;
-                    l.dp = dp;
-                    l.tp = tp;
-                    l.pp = pp;
-                    l.sp = sp;
-                    l.tp_mode = (par_tp_mode_t)mode;
-                    l.tp_depth = depth;
-                    l.zero_stage = zs;
-                    l.microbatch = mbs;
-                    l.global_batch = opt.global_batch;
-                    l.precision = opt.precision;
-                    l.schedule = pp > 1 ? opt.schedule : PAR_SCHED_1F1B;
-                    if (off) l.offload_optimizer = l.offload_gradients = PAR_TIER_CPU;
-                    par_gpt_config_t mm = *m;
-                    mm.recompute = recompute;
-                    x.layout = l;
-                    x.recompute = recompute;
-                    par_plan_estimate(&mm, &l, c, p, &x.plan);
-                    rc = push(&e, &x);
-                    if (rc) goto fail;
+                for (int prec = PAR_PREC_FP32; prec <= PAR_PREC_FP16; prec++) {
+                  if (!(opt.precisions & (1 << prec))) continue;
+                  for (int si = 0; si < nsched; si++) {
+                    for (int mbs = 1; mbs <= opt.max_microbatch; mbs *= 2) {
+                      for (int rcmp = 0; rcmp <= 1; rcmp++) {
+                        int recompute = opt.try_recompute ? rcmp : m->recompute;
+                        if (!opt.try_recompute && rcmp) continue;
+                        par_plan_entry_t x;
+                        memset(&x, 0, sizeof x);
+                        par_layout_t l = PAR_LAYOUT_DEFAULTS;
+                        l.dp = dp;
+                        l.tp = tp;
+                        l.pp = pp;
+                        l.sp = sp;
+                        l.tp_mode = (par_tp_mode_t)mode;
+                        l.tp_depth = depth;
+                        l.zero_stage = zs;
+                        l.microbatch = mbs;
+                        l.global_batch = opt.global_batch;
+                        l.precision = (par_precision_t)prec;
+                        l.schedule = (par_schedule_t)sched[si];
+                        l.interleave = inter[si];
+                        if (off) l.offload_optimizer = l.offload_gradients = PAR_TIER_CPU;
+                        par_gpt_config_t mm = *m;
+                        mm.recompute = recompute;
+                        x.layout = l;
+                        x.recompute = recompute;
+                        par_plan_estimate(&mm, &l, c, p, &x.plan);
+                        rc = push(&e, &x);
+                        if (rc) goto fail;
+                      }
+                    }
                   }
                 }
               }
@@ -120,4 +168,71 @@ int par_plan_search(const par_gpt_config_t *m, const par_cluster_t *c, const par
 fail:
   free(e.v);
   return rc;
+}
+
+/* A reason with each number (digits, a fraction, an exponent) as '#'. */
+static void mask_numbers(const char *why, char *out, size_t n) {
+  size_t k = 0;
+  for (const char *s = why; *s && k + 1 < n;) {
+    if (*s >= '0' && *s <= '9') {
+      while (*s >= '0' && *s <= '9') s++;
+      if (s[0] == '.' && s[1] >= '0' && s[1] <= '9')
+        for (s++; *s >= '0' && *s <= '9';) s++;
+      if ((s[0] == 'e' || s[0] == 'E') &&
+          ((s[1] >= '0' && s[1] <= '9') || ((s[1] == '+' || s[1] == '-') && s[2] >= '0' && s[2] <= '9')))
+        for (s += 2; *s >= '0' && *s <= '9';) s++;
+      out[k++] = '#';
+    } else {
+      out[k++] = *s++;
+    }
+  }
+  out[k] = '\0';
+}
+
+typedef struct {
+  par_plan_cause_t c;
+  int rank; /* of its first entry: too big (1) before invalid (2) */
+} cause_t;
+
+static int cmp_causes(const void *pa, const void *pb) {
+  const cause_t *a = pa, *b = pb;
+  if (a->rank != b->rank) return a->rank - b->rank;
+  if (a->c.count != b->c.count) return a->c.count > b->c.count ? -1 : 1;
+  return a->c.first < b->c.first ? -1 : a->c.first > b->c.first;
+}
+
+int par_plan_search_causes(const par_plan_entry_t *e, size_t count, par_plan_cause_t *out, size_t cap,
+                           size_t *n) {
+  if (n) *n = 0;
+  if (!n || (count && !e) || (cap && !out)) return STRATA_EINVAL;
+  cause_t *c = NULL;
+  size_t nc = 0, cc = 0;
+  for (size_t i = 0; i < count; i++) {
+    if (e[i].plan.fits) continue;
+    char key[sizeof c->c.cause];
+    mask_numbers(e[i].plan.why, key, sizeof key);
+    size_t j = 0;
+    while (j < nc && strcmp(c[j].c.cause, key)) j++;
+    if (j == nc) {
+      if (nc == cc) {
+        size_t cap2 = cc ? 2 * cc : 16;
+        cause_t *g = realloc(c, cap2 * sizeof *g);
+        if (!g) {
+          free(c);
+          return STRATA_ENOMEM;
+        }
+        c = g, cc = cap2;
+      }
+      memcpy(c[nc].c.cause, key, sizeof key);
+      c[nc].c.count = 0;
+      c[nc].c.first = i;
+      c[nc++].rank = rank(&e[i]);
+    }
+    c[j].c.count++;
+  }
+  if (nc) qsort(c, nc, sizeof *c, cmp_causes);
+  for (size_t i = 0; i < cap && i < nc; i++) out[i] = c[i].c;
+  *n = nc;
+  free(c);
+  return STRATA_OK;
 }
