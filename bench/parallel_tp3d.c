@@ -86,6 +86,10 @@ int main(void) {
   }
   if (rank == 0) {
     double v = got[0] / got[3], b = want[0] / want[3];
+    printf("# 1D / 3D: measured %.4f, strata's whole-layer formula %.4f, the papers' products %.4f\n", v,
+           par_plan_tp_layer_sent(PAR_TP_1D, 8, 1, (double)B * T, C, 4) /
+               par_plan_tp_layer_sent(PAR_TP_3D, 8, 1, (double)B * T, C, 4),
+           b);
     printf("BENCH parallel.tp3d.bytes value=%.4f unit=x baseline=%.4f ratio=%.3f\n", v, b, v / b);
   }
   comm_destroy(half);

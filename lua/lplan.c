@@ -1,5 +1,7 @@
 /* The planner in Lua: strata.plan, strata.plan_search, strata.reproduce,
- * strata.reproductions, strata.cluster.
+ * strata.reproductions, strata.cluster, strata.plan_calibrate (a cluster
+ * whose gemm_efficiency comes from a measured GEMM rate) and
+ * strata.plan_largest (the largest model of a family that fits).
  *
  * Model and layout tables use the same keys as strata.experiment's model and
  * parallel sections (layers, hidden, heads, seq, vocab, recompute; dp, tp,
@@ -19,7 +21,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <strata/parallel.h>
+#include <strata/tensor.h>
 
 #include "strata_lua.h"
 
@@ -574,17 +578,219 @@ static int l_reproductions(lua_State *L) {
   return 1;
 }
 
+/* A cluster as a flat table of every field ("peak_flops.bf16" = ...), which
+ * strata.plan takes back as its cluster. */
+static void push_cluster(lua_State *L, const par_cluster_t *c) {
+  lua_newtable(L);
+  lua_pushstring(L, c->name), lua_setfield(L, -2, "name");
+  for (int i = 0; par_cluster_key(i); i++) {
+    double v = 0;
+    par_cluster_get(c, par_cluster_key(i), &v);
+    lua_pushnumber(L, v), lua_setfield(L, -2, par_cluster_key(i));
+  }
+}
+
 /* strata.cluster(name_or_table) -> table of every cluster field */
 static int l_cluster(lua_State *L) {
   par_cluster_t c;
   parse_cluster(L, "cluster", 1, &c);
-  lua_newtable(L);
-  lua_pushstring(L, c.name), lua_setfield(L, -2, "name");
-  for (int i = 0; par_cluster_key(i); i++) {
-    double v = 0;
-    par_cluster_get(&c, par_cluster_key(i), &v);
-    lua_pushnumber(L, v), lua_setfield(L, -2, par_cluster_key(i));
+  push_cluster(L, &c);
+  return 1;
+}
+
+/* ---------------------------------------------------------- calibration */
+
+static double wall_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The sustained rate of n x n x n matrix multiplies through libtensor on
+ * `device` (TENSOR_CPU: OpenBLAS sgemm blocks on this process's threads, as
+ * strata's GPT runs them; a CUDA device: cuBLAS with `dt` inputs and fp32
+ * accumulation): the best of a few timed runs after a warm-up. 0 and a
+ * message in err on failure. */
+static double measure_gemm(int device, tensor_dtype_t dt, int n, char *err, size_t en) {
+  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
+  o.threads = device == TENSOR_CPU ? lstrata_threads(NULL, NULL) : 1;
+  o.device = device == TENSOR_CPU ? 0 : device;
+  tensor_ctx_t *tc = NULL;
+  tensor_t a = {0}, b = {0}, c = {0}, f = {0};
+  double best = 0;
+  int rc = tensor_ctx_create(&tc, &o);
+  int64_t shape[2] = {n, n};
+  if (!rc) rc = tensor_alloc(tc, &f, TENSOR_F32, device, 2, shape);
+  if (!rc) rc = tensor_alloc(tc, &a, dt, device, 2, shape);
+  if (!rc) rc = tensor_alloc(tc, &b, dt, device, 2, shape);
+  if (!rc) rc = tensor_alloc(tc, &c, TENSOR_F32, device, 2, shape);
+  if (!rc) rc = tensor_fill_uniform(tc, &f, 1, "calibrate-a", NULL, -1.f, 1.f);
+  if (!rc) rc = dt == TENSOR_F32 ? tensor_copy(tc, &a, &f) : tensor_cast(tc, &a, &f);
+  if (!rc) rc = tensor_fill_uniform(tc, &f, 1, "calibrate-b", NULL, -1.f, 1.f);
+  if (!rc) rc = dt == TENSOR_F32 ? tensor_copy(tc, &b, &f) : tensor_cast(tc, &b, &f);
+  int reps = device == TENSOR_CPU ? 1 : 10;
+  for (int r = 0; r < 4 && !rc; r++) { /* run 0 warms up */
+    if ((rc = tensor_synchronize(tc))) break;
+    double t0 = wall_now();
+    for (int k = 0; k < reps && !rc; k++) rc = tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f);
+    if (!rc) rc = tensor_synchronize(tc);
+    double dt_s = wall_now() - t0, rate = reps * 2.0 * n * (double)n * n / dt_s;
+    if (!rc && r > 0 && rate > best) best = rate;
   }
+  if (rc) {
+    snprintf(err, en, "%s", tc ? tensor_last_error(tc) : "cannot create a libtensor context");
+    if (!err[0]) snprintf(err, en, "%s", tensor_strerror(rc));
+    best = 0;
+  }
+  if (tc) {
+    tensor_free(tc, &a), tensor_free(tc, &b), tensor_free(tc, &c), tensor_free(tc, &f);
+    tensor_ctx_destroy(tc);
+  }
+  return best;
+}
+
+/* strata.plan_calibrate{cluster=, tflops=, precision=} or {cluster=,
+ * measure=true, device="cpu"|"cuda"|"cuda:N", precision=, size=} -> the
+ * cluster table with gemm_efficiency set from that sustained GEMM rate, and
+ * a table of the rates used (TFLOP/s by precision). Measuring on the CPU sets
+ * every precision (libtensor computes them all in fp32 there) unless one is
+ * named; on a GPU each precision with a peak is measured. */
+static int l_plan_calibrate(lua_State *L) {
+  static const char *const keys[] = {"cluster", "tflops", "precision", "measure", "device", "size", NULL};
+  static const char *const precs[] = {"fp32", "bf16", "fp16", NULL};
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *fn = "plan_calibrate";
+  reject_unknown(L, fn, 1, NULL, keys);
+  par_cluster_t c;
+  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) plan_error(L, "plan_calibrate: cluster is required");
+  parse_cluster(L, fn, lua_gettop(L), &c);
+  lua_pop(L, 1);
+  int prec = -1;
+  opt_enum(L, fn, 1, NULL, "precision", precs, &prec);
+  lua_getfield(L, 1, "measure");
+  int measure = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  double rate[3] = {0, 0, 0};
+  if (lua_getfield(L, 1, "tflops") != LUA_TNIL) {
+    if (measure) plan_error(L, "plan_calibrate: give tflops (a measured rate) or measure = true, not both");
+    int ok;
+    double t = lua_tonumberx(L, -1, &ok);
+    if (!ok || !isfinite(t) || !(t > 0)) plan_error(L, "plan_calibrate: tflops = %s must be a positive number",
+                                                      luaL_tolstring(L, -1, NULL));
+    if (prec < 0) plan_error(L, "plan_calibrate: tflops needs precision = \"fp32\", \"bf16\" or \"fp16\"");
+    rate[prec] = t * 1e12;
+  } else if (!measure) {
+    plan_error(L, "plan_calibrate: give tflops = <measured TFLOP/s> or measure = true");
+  }
+  lua_pop(L, 1);
+  if (measure) {
+    int device = tensor_cuda_device_count() > 0 ? 0 : TENSOR_CPU, n = 0;
+    if (lua_getfield(L, 1, "device") != LUA_TNIL) {
+      const char *d = lua_tostring(L, -1);
+      if (d && !strcmp(d, "cpu")) device = TENSOR_CPU;
+      else if (d && !strcmp(d, "cuda")) device = 0;
+      else if (d && sscanf(d, "cuda:%d", &device) == 1 && device >= 0) {
+      } else plan_error(L, "plan_calibrate: device = %s: expected \"cpu\", \"cuda\" or \"cuda:N\"", d ? d : "?");
+      if (device != TENSOR_CPU && device >= tensor_cuda_device_count())
+        plan_error(L, "plan_calibrate: device = %s: this build sees %d CUDA devices", d, tensor_cuda_device_count());
+    }
+    lua_pop(L, 1);
+    opt_int(L, fn, 1, NULL, "size", 1, 1 << 15, &n);
+    if (n <= 0) n = device == TENSOR_CPU ? 2048 : 8192;
+    for (int i = 0; i < 3; i++) {
+      if (prec >= 0 && i != prec) continue;
+      if (device == TENSOR_CPU && i != 0 && prec < 0) continue; /* the fp32 rate serves all three */
+      if (device != TENSOR_CPU && c.peak_flops[i] <= 0 && prec < 0) continue;
+      char err[256] = "";
+      tensor_dtype_t dt = device == TENSOR_CPU ? TENSOR_F32 : i == 1 ? TENSOR_BF16 : i == 2 ? TENSOR_F16 : TENSOR_F32;
+      double r = measure_gemm(device, dt, n, err, sizeof err);
+      if (!(r > 0)) plan_error(L, "plan_calibrate: measuring %s GEMMs: %s", precs[i], err);
+      rate[i] = r;
+    }
+    if (device == TENSOR_CPU && prec < 0) rate[1] = rate[2] = rate[0];
+  }
+  for (int i = 0; i < 3; i++)
+    if (rate[i] > 0 && par_cluster_calibrate(&c, (par_precision_t)i, rate[i]) != STRATA_OK)
+      plan_error(L, "plan_calibrate: a %s rate of %g FLOP/s is not usable", precs[i], rate[i]);
+  char why[256];
+  if (par_cluster_validate(&c, why, sizeof why) != STRATA_OK) plan_error(L, "plan_calibrate: %s", why);
+  push_cluster(L, &c);
+  lua_createtable(L, 0, 3);
+  for (int i = 0; i < 3; i++)
+    if (rate[i] > 0) lua_pushnumber(L, rate[i] / 1e12), lua_setfield(L, -2, precs[i]);
+  return 2;
+}
+
+/* ----------------------------------------------------------- largest */
+
+/* strata.plan_largest{model=, parallel=, cluster=, params=, grow="layers"|"hidden",
+ * step=, max=, print=true} -> the plan table of the largest model of the family
+ * that fits (model = its sizes, next = why one step more does not fit). */
+static int l_plan_largest(lua_State *L) {
+  static const char *const keys[] = {"model", "parallel", "cluster", "params", "grow", "step", "max", "print", NULL};
+  static const char *const grows[] = {"layers", "hidden", NULL};
+  par_gpt_config_t m, best;
+  par_layout_t l;
+  par_cluster_t c;
+  par_plan_params_t p;
+  par_plan_t r, next;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  const char *fn = "plan_largest";
+  given_t g;
+  reject_unknown(L, fn, 1, NULL, keys);
+  if (lua_getfield(L, 1, "model") == LUA_TNIL) plan_error(L, "plan_largest: model is required");
+  parse_model(L, fn, lua_gettop(L), &m);
+  lua_getfield(L, 1, "parallel"), parse_layout(L, fn, lua_gettop(L), &l, &g);
+  if (lua_getfield(L, 1, "cluster") == LUA_TNIL) plan_error(L, "plan_largest: cluster is required");
+  parse_cluster(L, fn, lua_gettop(L), &c);
+  /* as strata.plan: dp over what the other degrees leave, a global batch of one microbatch a replica and
+   * the planner's precision, unless given */
+  if (!g.dp) {
+    double rest = floor((double)c.nodes * c.gpus_per_node / ((double)l.tp * l.pp * l.sp));
+    l.dp = rest >= 1 ? (int)rest : 1;
+  }
+  if (!g.global_batch && (long long)l.microbatch * l.dp <= INT_MAX) l.global_batch = l.microbatch * l.dp;
+  if (!g.precision) l.precision = par_plan_default_precision(&c);
+  lua_getfield(L, 1, "params"), parse_params(L, fn, lua_gettop(L), &p);
+  int grow = PAR_GROW_LAYERS, step = 0, max = 0;
+  opt_enum(L, fn, 1, NULL, "grow", grows, &grow);
+  opt_int(L, fn, 1, NULL, "step", 0, INT_MAX, &step);
+  opt_int(L, fn, 1, NULL, "max", 0, INT_MAX, &max);
+  if (step < 0 || max < 0) plan_error(L, "plan_largest: step %d and max %d must be >= 0", step, max);
+  int rc = par_plan_largest(&m, &l, &c, &p, (par_grow_t)grow, step, max, &best, &r);
+  if (rc == STRATA_ENOTFOUND)
+    plan_error(L, "plan_largest: not even the smallest of the family fits: %s", r.why);
+  if (rc) plan_error(L, "plan_largest: %s", r.why[0] ? r.why : par_strerror(rc));
+  /* why one step more does not fit (or is the limit) */
+  par_gpt_config_t more = best;
+  int st = step ? step : grow == PAR_GROW_LAYERS ? (l.schedule == PAR_SCHED_INTERLEAVED ? l.pp * l.interleave : 1) : 0;
+  if (!st) { /* the hidden step par_plan_largest takes: lcm(heads, 128) */
+    int a = m.heads, b = 128;
+    while (b) { int t = a % b; a = b, b = t; }
+    st = m.heads / a * 128;
+  }
+  if (grow == PAR_GROW_LAYERS) more.layers += st;
+  else more.hidden += st;
+  par_plan_estimate(&more, &l, &c, &p, &next);
+  if (want_print(L, fn, 1)) {
+    fflush(stdout);
+    printf("largest that fits: %d layers x hidden %d, %.4g parameters; %s %d: %s\n\n", best.layers, best.hidden,
+           r.params, grow == PAR_GROW_LAYERS ? "layers" : "hidden", grow == PAR_GROW_LAYERS ? more.layers : more.hidden,
+           next.valid ? (next.fits ? "fits but is past max" : next.why) : next.why);
+    par_plan_print(stdout, &best, &l, &c, &r);
+    fflush(stdout);
+  }
+  push_plan(L, &r);
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, best.layers), lua_setfield(L, -2, "layers");
+  lua_pushinteger(L, best.hidden), lua_setfield(L, -2, "hidden");
+  lua_pushinteger(L, best.heads), lua_setfield(L, -2, "heads");
+  lua_pushinteger(L, best.seq), lua_setfield(L, -2, "seq");
+  lua_pushinteger(L, best.vocab), lua_setfield(L, -2, "vocab");
+  lua_pushboolean(L, best.recompute), lua_setfield(L, -2, "recompute");
+  lua_setfield(L, -2, "model");
+  lua_pushstring(L, next.valid ? (next.fits ? "fits but is past max" : next.why) : next.why);
+  lua_setfield(L, -2, "next");
   return 1;
 }
 
@@ -602,6 +808,8 @@ int luaopen_strata_plan(lua_State *L) {
                                  {"reproduce", l_reproduce},
                                  {"reproductions", l_reproductions},
                                  {"cluster", l_cluster},
+                                 {"plan_calibrate", l_plan_calibrate},
+                                 {"plan_largest", l_plan_largest},
                                  {NULL, NULL}};
   luaL_newlib(L, fns);
   return 1;

@@ -14,6 +14,11 @@ return {
     bf16 = 3.12e+14,
     fp16 = 3.12e+14,
   },
+  gemm_efficiency = { -- the fraction of each peak its own large matmuls sustain (source: plan_cluster.c)
+    fp32 = 0.8587,
+    bf16 = 0.8587,
+    fp16 = 0.8587,
+  },
   intra_bw = 300000000000, -- bytes/s per GPU to GPUs of its node, one direction
   intra_lat = 5e-06, -- seconds per intra-node message
   inter_bw = 200000000000, -- bytes/s per node, all NICs together, one direction

@@ -13,6 +13,11 @@ return {
     bf16 = 9.89e+14,
     fp16 = 9.89e+14,
   },
+  gemm_efficiency = { -- the fraction of each peak its own large matmuls sustain (source: plan_cluster.c)
+    fp32 = 0.8009,
+    bf16 = 0.8009,
+    fp16 = 0.8009,
+  },
   intra_bw = 450000000000, -- bytes/s per GPU to GPUs of its node, one direction
   intra_lat = 3e-06, -- seconds per intra-node message
   inter_bw = 400000000000, -- bytes/s per node, all NICs together, one direction

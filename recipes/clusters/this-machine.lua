@@ -14,6 +14,11 @@ return {
     bf16 = 210000000000,
     fp16 = 210000000000,
   },
+  gemm_efficiency = { -- the fraction of each peak its own large matmuls sustain (source: plan_cluster.c)
+    fp32 = 1,
+    bf16 = 1,
+    fp16 = 1,
+  },
   intra_bw = 1300000000, -- bytes/s per GPU to GPUs of its node, one direction
   intra_lat = 2e-06, -- seconds per intra-node message
   inter_bw = 1300000000, -- bytes/s per node, all NICs together, one direction

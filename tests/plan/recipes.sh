@@ -109,5 +109,33 @@ assert(a.time.step == b.time.step and a.mem.total == b.mem.total, "$name: Lua fi
 R
   out=$("$s" plan "$work/cl.lua" 2>&1) || no "cluster file $f: $out"
 done
+# strata.plan_calibrate: a given rate sets the cluster's gemm_efficiency; a
+# measured one (libtensor's sgemm on this CPU) too, and the table plans.
+# strata.plan_largest: the largest model of a family that fits, one more does not.
+cat >"$work/cal.lua" <<'R'
+local s = require "strata"
+local c, r = s.plan_calibrate{cluster = "dgx1-v100-32gb", tflops = 62.5, precision = "fp16"}
+assert(c["gemm_efficiency.fp16"] == 0.5 and r.fp16 == 62.5, "given rate")
+local m, rates = s.plan_calibrate{cluster = "this-machine", measure = true, size = 512}
+assert(rates.fp32 > 0 and rates.bf16 == rates.fp32, "measured rate")
+assert(m["gemm_efficiency.fp32"] > 0 and m["gemm_efficiency.fp32"] <= 1, "measured efficiency")
+local p = s.plan{model = {layers = 2, hidden = 64, heads = 4, seq = 64, vocab = 256}, cluster = m, print = false}
+assert(p.time.compute > 0)
+local model = {layers = 1, hidden = 2048, heads = 16, seq = 1024, vocab = 50304, recompute = true}
+local big = s.plan_largest{model = model, cluster = {base = "dgx1-v100-32gb", gpus_per_node = 1},
+  parallel = {precision = "fp16", microbatch = 4}, print = false}
+assert(big.fits and big.model.hidden == 2048 and big.model.layers > 1 and big.next:find("needs"), big.next)
+model.layers = big.model.layers + 1
+assert(not s.plan{model = model, cluster = {base = "dgx1-v100-32gb", gpus_per_node = 1},
+  parallel = {precision = "fp16", microbatch = 4}, print = false}.fits, "one layer more fits")
+print("calibrate and largest: ok " .. big.model.layers)
+R
+out=$("$s" plan "$work/cal.lua" 2>&1) || no "plan_calibrate / plan_largest: $out"
+grep -q "calibrate and largest: ok" <<<"$out" || no "plan_calibrate / plan_largest printed: $out"
+cat >"$work/cal2.lua" <<'R'
+require("strata").plan_calibrate{cluster = "dgx-a100-80gb", tflops = 250}
+R
+out=$("$s" plan "$work/cal2.lua" 2>&1) && no "a rate without its precision accepted"
+grep -q "cal2.lua:1: plan_calibrate: tflops needs precision" <<<"$out" || no "message: $out"
 [ $fail = 0 ] && echo "strata plan: ok"
 exit $fail

@@ -67,8 +67,13 @@ Test(layout, rejections_name_the_numbers) {
   l.tp_mode = PAR_TP_2P5D;
   l.tp_depth = 2;
   expect_reject(&m, &l, 12, "tp 12 / depth 2 = 6 is not a square");
+  l = layout(1, 1, 3); /* 8 layers over 3 stages: an uneven split, 3 + 3 + 2 */
+  cr_expect_eq(par_layout_validate(&m, &l, 3, NULL, 0), 0, "uneven split rejected");
+  l = layout(1, 1, 9);
+  expect_reject(&m, &l, 9, "layers 8 are fewer than 9 pipeline stages");
   l = layout(1, 1, 3);
-  expect_reject(&m, &l, 3, "layers 8 are not divisible by 3 pipeline stages");
+  l.schedule = PAR_SCHED_INTERLEAVED, l.interleave = 2;
+  expect_reject(&m, &l, 3, "layers 8 are not divisible by 3 stages x 2 chunks");
   l = layout(4, 1, 1);
   l.global_batch = 6;
   expect_reject(&m, &l, 4, "global batch 6 is not a multiple of microbatch 1 x dp 4");

@@ -179,8 +179,8 @@ Test(cluster, lua_tables_match_c_presets) {
       double v;
       if (sscanf(line, " name = \"%63[^\"]\"", name) == 1) {
         snprintf(lua.name, sizeof lua.name, "%s", name);
-      } else if (sscanf(line, " peak_flops = %c", key) == 1) {
-        snprintf(prefix, sizeof prefix, "peak_flops.");
+      } else if (sscanf(line, " %63[a-z_] = %c", key, name) == 2 && name[0] == '{') {
+        snprintf(prefix, sizeof prefix, "%.30s.", key); /* peak_flops = {, gemm_efficiency = { */
       } else if (sscanf(line, " %63[a-z0-9_] = %lf", key, &v) == 2) {
         char full[96];
         snprintf(full, sizeof full, "%s%s", prefix, key);

@@ -200,6 +200,23 @@ static void part_volume(const case_t *c, int B) {
   uint64_t want = (uint64_t)c->m * blocks * row * (c->tp - 1) / c->tp;
   CHECK(got[1] - got[0] == want, "partitioned checkpoints gather %llu more bytes a step, the formula %llu",
         (unsigned long long)(got[1] - got[0]), (unsigned long long)want);
+  /* and the planner's tensor-parallel bytes grow by as many */
+  double plan_tp[2];
+  for (int k = 0; k < 2; k++) {
+    par_layout_t lay = layout_of(k ? c : &plain, B);
+    par_gpt_config_t m = mc;
+    m.recompute = c->recompute;
+    par_cluster_t cl;
+    par_cluster_preset("this-machine", &cl, NULL, 0);
+    cl.gpus_per_node = ranks;
+    par_plan_params_t pp;
+    par_plan_params_engine(&pp);
+    par_plan_t pl;
+    CHECK(par_plan_estimate(&m, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+    plan_tp[k] = pl.comm_bytes[PAR_T_TP];
+  }
+  CHECK(plan_tp[1] - plan_tp[0] == (double)want, "the planner's partitioned checkpoints: %.0f more bytes, %llu gathered",
+        plan_tp[1] - plan_tp[0], (unsigned long long)want);
   if (rank == 0)
     printf("partitioned checkpoints over tp %d: %llu more bytes gathered a step (m x blocks x b s h x 4 x (t-1)/t)\n",
            c->tp, (unsigned long long)(got[1] - got[0]));
@@ -326,6 +343,27 @@ static void fault(const char *dir) {
   unlink(path);
 }
 
+/* 3 layers over 2 stages: the planner estimates the uneven split (the
+ * heavier stage's 2 blocks govern), the engine refuses it (its stages hold
+ * layers / pp blocks each), naming both numbers. */
+static void uneven(void) {
+  par_gpt_config_t m = mc;
+  m.layers = 3;
+  case_t c = {1, ranks, 1, PAR_SCHED_1F1B, 2, 1, 0, 0, 0, "adamw", 0, 0};
+  par_layout_t lay = layout_of(&c, 2);
+  char why[256];
+  CHECK(par_layout_validate(&m, &lay, ranks, why, sizeof why) == 0, "the planner's check: %s", why);
+  par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
+  par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
+  par_engine_t *e = NULL;
+  char err[512] = "";
+  int rc = par_engine_create(&e, &m, &lay, &oc, &eo, err, sizeof err);
+  CHECK(rc == STRATA_EINVAL && strstr(err, "layers 3 are not divisible by 2 stages"), "uneven split: rc %d, '%s'",
+        rc, err);
+  if (e) par_engine_destroy(e);
+  if (rank == 0 && rc == STRATA_EINVAL) printf("pp %d: the engine refuses 3 layers over 2 stages: %s\n", ranks, err);
+}
+
 /* Saved under the first layout, every other one holds the same model. */
 static void reshard(const char *dir, const case_t *save, const case_t *loads, int nloads) {
   char path[600];
@@ -387,6 +425,7 @@ int main(int argc, char **argv) {
     part_volume(&layouts[0], 2);
     bubble();
     fault(dir);
+    uneven();
     const case_t loads[] = {{2, 1, 1, F, 1, 1, 0, 0, 0, "adamw", 0, 0}, {1, 1, 2, F, 1, 1, 0, 1, 0, "adamw", 0, 0}};
     const case_t save = {1, 2, 1, I, 2, 2, 0, 0, 0, "adamw", 0, 0};
     reshard(dir, &save, loads, 2);

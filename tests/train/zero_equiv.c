@@ -155,6 +155,16 @@ static void run(int zero, const char *opt, int accum) {
       CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10,
             "zero %d %s: activations %.0f bytes, planner %.0f", zero, opt, act,
             pl.mem[PAR_MEM_ACTIV]);
+      /* ZeRO-3's gathered regions (the tied embedding all pass, the region
+       * in use and the next): on one rank, where every reduction finishes at
+       * once, exactly what ZeRO-3's pass buffers hold beyond ZeRO-2's
+       * gradient buckets, and the planner's buffers for the engine */
+      static size_t zero2_buffers;
+      if (zero == 2 && !strcmp(opt, "adamw")) zero2_buffers = in.buffer_peak;
+      if (zero == 3 && ranks == 1 && !strcmp(opt, "adamw"))
+        CHECK((double)(in.buffer_peak - zero2_buffers) == pl.mem[PAR_MEM_BUFFERS],
+              "zero 3: gathered regions %zu bytes (pass buffers %zu less ZeRO-2's %zu), planner %.0f",
+              in.buffer_peak - zero2_buffers, in.buffer_peak, zero2_buffers, pl.mem[PAR_MEM_BUFFERS]);
       if (rank == 0 && !strcmp(opt, "adamw"))
         printf("np=%d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations "
                "%.0f (planner %.0f, "

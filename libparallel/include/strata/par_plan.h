@@ -37,6 +37,10 @@ typedef struct {
   double gpu_mem_bw;      /* device memory (HBM) bandwidth per GPU, bytes/s */
   double peak_flops[3];   /* dense peak per GPU, FLOP/s, indexed by par_precision_t
                              (fp32, bf16, fp16); fp32 means non-tensor-core fp32 */
+  double gemm_efficiency[3]; /* the fraction of peak_flops[i] the device's own matrix
+                             multiplies sustain (a measured or published large-GEMM rate
+                             over the peak; docs/planner.md gives each preset's source);
+                             0 where the peak is 0. par_cluster_calibrate sets it */
   double intra_bw;        /* per-GPU bandwidth to GPUs of the same node (NVLink), bytes/s */
   double intra_lat;       /* latency of one intra-node message, s */
   double inter_bw;        /* per-node network bandwidth, all NICs together, bytes/s */
@@ -50,7 +54,8 @@ typedef struct {
 } par_cluster_t;
 #define PAR_CLUSTER_DEFAULTS                                                                       \
   {.name = "custom", .nodes = 1, .gpus_per_node = 1, .gpu_mem_bytes = 80e9, .gpu_mem_bw = 2.0e12, \
-   .peak_flops = {19.5e12, 312e12, 312e12}, .intra_bw = 300e9, .intra_lat = 5e-6,                \
+   .peak_flops = {19.5e12, 312e12, 312e12}, .gemm_efficiency = {0.8587, 0.8587, 0.8587},          \
+   .intra_bw = 300e9, .intra_lat = 5e-6,                                                          \
    .inter_bw = 200e9, .inter_lat = 10e-6, .host_bw = 25e9, .cpu_mem_bytes = 1e12,                  \
    .cpu_mem_bw = 200e9, .cpu_flops = 2e12, .nvme_bytes = 15e12, .nvme_bw = 25e9}
 
@@ -61,8 +66,15 @@ typedef struct {
 STRATA_API int par_cluster_preset(const char *name, par_cluster_t *out, char *why, size_t n);
 /* The i-th preset name, or NULL past the end (for listing). */
 STRATA_API const char *par_cluster_preset_name(int i);
-/* Checks that every field is positive and finite; the message names the field. */
+/* Checks that every field is positive and finite (a gemm_efficiency in (0, 1] where its
+ * peak is not 0); the message names the field. */
 STRATA_API int par_cluster_validate(const par_cluster_t *c, char *why, size_t n);
+/* A cluster whose devices sustain `gemm_flops` FLOP/s in large matrix multiplies of
+ * precision `prec` (measured, or a published figure): gemm_efficiency[prec] =
+ * gemm_flops / peak_flops[prec]; a rate above the peak raises the peak to it (this
+ * machine's CPU, whose preset peak is a measurement too) and sets the efficiency to 1.
+ * STRATA_EINVAL for a rate that is not positive and finite or a bad precision. */
+STRATA_API int par_cluster_calibrate(par_cluster_t *c, par_precision_t prec, double gemm_flops);
 
 /* Fields by name, for Lua tables and recipe overrides: keys are the field
  * names above, the peaks "peak_flops.fp32|bf16|fp16". set: STRATA_ENOTFOUND
@@ -92,7 +104,10 @@ STRATA_API par_precision_t par_plan_default_precision(const par_cluster_t *c);
 /* Every assumption of the cost model. Defaults are argued in docs/planner.md;
  * gemm_efficiency is the one calibrated figure (on Megatron's 1.7B row). */
 typedef struct {
-  double gemm_efficiency;   /* achievable fraction of peak FLOP/s in matmuls */
+  double gemm_efficiency;   /* fraction of the device's sustained matmul rate (peak x the
+                               cluster's gemm_efficiency) that a training step's matmuls
+                               reach: their shapes, launch gaps and the kernels the model
+                               leaves out; the same for every device */
   double link_efficiency;   /* achievable fraction of nominal link bandwidth (NCCL busbw) */
   double hbm_efficiency;    /* achievable fraction of HBM bandwidth, memory-bound kernels */
   double host_efficiency;   /* achievable fraction of PCIe / NVMe / host DRAM bandwidth */
@@ -121,13 +136,33 @@ typedef struct {
   double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
   double dp_overlap;        /* fraction of the last microbatch's backward that can hide
                                gradient reduction (bucketed overlap; 0 = none) */
-  double zero3_overlap;     /* fraction of ZeRO-3 parameter gathers hidden by compute */
+  double zero3_overlap;     /* ZeRO-3: the share of a layer's compute that hides the next
+                               layer's gather (and the last one's reduce-scatter) running
+                               beside it (1: all of it, as the prefetching schedule allows) */
   double offload_overlap;   /* fraction of host<->device offload traffic hidden by compute */
   double cpu_adam_bytes;    /* host DRAM bytes CPU Adam streams per parameter */
   double cpu_adam_flops;    /* FLOPs per parameter of one Adam step */
   double gpu_optim_bytes;   /* HBM bytes a fused GPU Adam streams per parameter */
   double dp_bucket_bytes;   /* gradient bucket buffers on the device (reduce / copy) */
-  double zero3_prefetch_layers; /* layers of gathered parameters live under ZeRO-3 */
+  double zero3_prefetch_layers; /* > 0: ZeRO-3 gathers whole regions, as strata's engine: the
+                               tied embedding all pass and this many blocks (the one in use
+                               and the next, 2); 0: DeepSpeed's parameter coordinator, the
+                               zero3_*_elems below */
+  double zero3_prefetch_elems; /* DeepSpeed stage3_prefetch_bucket_size: parameter elements
+                               gathered ahead of use (5e7) */
+  double zero3_max_live_elems; /* stage3_max_live_parameters: gathered elements beyond which
+                               nothing more is prefetched (1e9) */
+  double zero3_reuse_elems;  /* stage3_max_reuse_distance: a parameter used again within this
+                               many elements of the trace stays gathered (1e9) */
+  double zero3_persist_elems; /* stage3_param_persistence_threshold: tensors of at most this
+                               many elements are never partitioned (1e5) */
+  double embed_output_kept; /* 1: the embedding output is a buffer of its own besides the
+                               blocks' kept values (strata's engine keeps x[0] and each
+                               block's output); 0: it is the first block's input, already
+                               among act_token_elems (Korthikanti et al., Megatron): the
+                               first stage adds only its dropout mask */
+  double ckpt_cpu_overlap;  /* with checkpoint_cpu: the share of the checkpoints' PCIe copies
+                               hidden by compute (0: DeepSpeed copies on the compute stream) */
   double shard_align;       /* without tensor or pipeline splits, each region of the model
                                (embeddings, a block, the final layernorm) is held in dp
                                shards of a multiple of this many elements, padded as
@@ -147,24 +182,28 @@ typedef struct {
                                0: frees it once sent (Megatron's deallocate_pipeline_outputs) */
 } par_plan_params_t;
 #define PAR_PLAN_PARAMS_DEFAULTS                                                                   \
-  {.gemm_efficiency = 0.7445, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                    \
+  {.gemm_efficiency = 0.8670, .link_efficiency = 0.80, .hbm_efficiency = 0.80,                    \
    .host_efficiency = 0.80, .ew_passes_token = 21.0, .ew_passes_token_replicated = 11.0,          \
    .ew_passes_score = 6.5, .act_token_elems = 16.0, .act_token_elems_replicated = 4.0,            \
    .act_score_elems = 2.0, .bwd_scratch_token_elems = 14.0, .mask_bytes = 1.0,                    \
    .bwd_scratch_token_elems_replicated = 2.0,                                                     \
    .act_elem_bytes = 0.0,                                                                         \
-   .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 0.5, .offload_overlap = 0.5,            \
+   .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 1.0, .offload_overlap = 0.5,            \
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
-   .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 2.0, .shard_align = 16.0,                \
+   .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 0.0, .zero3_prefetch_elems = 5e7,       \
+   .zero3_max_live_elems = 1e9, .zero3_reuse_elems = 1e9, .zero3_persist_elems = 1e5,             \
+   .embed_output_kept = 0.0, .ckpt_cpu_overlap = 0.0, .shard_align = 16.0,                        \
    .device_reserved_bytes = 1.5e9,                                                                \
    .cpu_reserved_bytes = 32e9, .token_budget = 300e9, .keep_stage_outputs = 0.0,    \
    .pp_dp_overlap = 0.0, .pp_scatter_gather = 1.0}
 
 /* The parameters that describe strata's own GPT and training engine on the
- * CPU: 16 h-wide activations kept per token per block, no attention scores
- * (the kernel keeps a log-sum-exp), no dropout masks, 14 h-wide gradient
- * buffers in backward, no reserved device memory, gradient buckets that are
- * views of the gradients; the rest as PAR_PLAN_PARAMS_DEFAULTS. Its model
+ * CPU: 16 h-wide activations kept per token per block (each block's output)
+ * and the embedding output besides, no attention scores (the kernel keeps a
+ * log-sum-exp), no dropout masks, 14 h-wide gradient buffers in backward, no
+ * reserved device memory, gradient buckets that are views of the gradients,
+ * ZeRO-3 gathering whole regions (the embeddings all pass, the block in use
+ * and the next); the rest as PAR_PLAN_PARAMS_DEFAULTS. Its model
  * states equal the engine's exactly, its activations within 10%
  * (tests/train/zero_equiv.c). */
 STRATA_API void par_plan_params_engine(par_plan_params_t *p);
@@ -215,11 +254,14 @@ STRATA_API const char *par_zero_format_gb(double gb, char *buf, size_t n);
 
 /* Whether `l` can run `m` on `world` devices: every degree >= 1, dp*tp*pp*sp
  * == world, heads and hidden divisible by the tensor split, 2d square, 2.5d
- * q^2*depth, 3d a cube, layers divisible by pp (and by pp*interleave for
- * the interleaved schedule), global_batch a multiple of microbatch*dp, seq
- * divisible by sp, vocabulary by the tensor degree, ZeRO stage 0..3, enums in
- * range. STRATA_EINVAL with a message naming the numbers in why (may be
- * NULL). The runtime calls this same function before allocating. */
+ * q^2*depth, 3d a cube, at least one layer per pipeline stage (layers divisible
+ * by pp*interleave for the interleaved schedule; other schedules may split
+ * the layers unevenly, ceil(layers/pp) on the heaviest stage), global_batch a
+ * multiple of microbatch*dp, seq divisible by sp, vocabulary by the tensor
+ * degree, ZeRO stage 0..3, enums in range. STRATA_EINVAL with a message naming
+ * the numbers in why (may be NULL). The runtime calls this same function
+ * before allocating, and itself requires an even split (its stages hold
+ * layers/pp blocks each). */
 STRATA_API int par_layout_validate(const par_gpt_config_t *m, const par_layout_t *l, int world,
                                    char *why, size_t n);
 
@@ -305,6 +347,22 @@ STRATA_API int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *
  * component, TFLOP/s per GPU, MFU, tokens/s and days. */
 STRATA_API int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
                               const par_cluster_t *c, const par_plan_t *r);
+
+/* What par_plan_largest grows. */
+typedef enum { PAR_GROW_LAYERS = 0, PAR_GROW_HIDDEN } par_grow_t;
+
+/* The largest model of a family that fits: model `m` with its layers (PAR_GROW_LAYERS)
+ * or its hidden size (PAR_GROW_HIDDEN) grown in multiples of `step` up to `max`,
+ * everything else as given, laid out as `l` on `c`. step 0: 1 layer (pp x interleave
+ * for the interleaved schedule), or for the hidden size the least multiple of heads
+ * and 128; max 0: 100000 layers or a hidden size of 1048576. Memory grows with either
+ * size, so the answer is found by doubling and bisection. Writes the largest model
+ * that fits in *best and its plan in *plan (either may be NULL). STRATA_ENOTFOUND when
+ * not even `step` fits (plan: the smallest's reason), STRATA_EINVAL for bad inputs or a
+ * layout the family cannot satisfy at step (plan->why says why). */
+STRATA_API int par_plan_largest(const par_gpt_config_t *m, const par_layout_t *l,
+                                const par_cluster_t *c, const par_plan_params_t *p, par_grow_t grow,
+                                int step, int max, par_gpt_config_t *best, par_plan_t *plan);
 
 /* Solves for the gemm_efficiency at which the predicted TFLOP/s per GPU of
  * (m, l, c) equals target_tflops (bisection on [0.01, 1]). Writes the result

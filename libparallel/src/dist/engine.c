@@ -134,6 +134,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     return engine_fail(e, 1, STRATA_EINVAL,
                        "layout: partitioned activation checkpoints need the model's recompute (they split the "
                        "block inputs it keeps)");
+  if (mc->layers % lay->pp)
+    return engine_fail(e, 1, STRATA_EINVAL,
+                       "layout: this engine gives every pipeline stage the same number of blocks: layers %d are "
+                       "not divisible by %d stages (the planner estimates uneven splits; the runtime does not run "
+                       "them)", mc->layers, lay->pp);
   if (lay->pp == 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: the interleaved schedule needs pipeline stages (pp %d)", lay->pp);
   /* The mesh (Megatron's order): tensor groups of consecutive ranks (one

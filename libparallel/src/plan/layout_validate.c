@@ -123,9 +123,12 @@ int par_layout_validate(const par_gpt_config_t *m, const par_layout_t *l, int wo
       return reject(why, n, "3d: hidden %d is not divisible by q^2 = %d", m->hidden, q * q);
   }
 
-  /* Pipeline: contiguous blocks, the same number per stage (per chunk). */
-  if (m->layers % l->pp)
-    return reject(why, n, "layers %d are not divisible by %d pipeline stages", m->layers, l->pp);
+  /* Pipeline: contiguous blocks, at least one per stage; the interleaved
+   * schedule's chunks the same number each. Other schedules may split the
+   * layers unevenly (the planner costs the heaviest stage, ceil(layers / pp);
+   * strata's engine checks for an even split itself). */
+  if (m->layers < l->pp)
+    return reject(why, n, "layers %d are fewer than %d pipeline stages", m->layers, l->pp);
   if (l->interleave < 1) return reject(why, n, "interleave %d must be >= 1", l->interleave);
   if (l->schedule != PAR_SCHED_INTERLEAVED && l->interleave != 1)
     return reject(why, n, "interleave %d needs the interleaved schedule", l->interleave);

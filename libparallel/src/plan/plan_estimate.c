@@ -160,11 +160,69 @@ typedef struct {
   double nvme;        /* bytes this device keeps on NVMe */
 } stage_mem_t;
 
+/* Blocks on the heaviest pipeline stage: ceil(l / p) (an uneven split puts
+ * the extra blocks on some stages; the planner assumes the worst, that the
+ * embedding's and the head's stage are among them). */
+static double stage_layers(const par_gpt_config_t *m, const par_layout_t *l) {
+  return ceil((double)m->layers / l->pp);
+}
+
+/* Bytes of one block's kept input per microbatch with recompute (the
+ * checkpoint): tok h e, split over the tensor group where the layout splits
+ * it (2d/2.5d/3d, Megatron's sequence parallelism, DeepSpeed's partitioned
+ * checkpoints). */
+static double checkpoint_bytes(const par_gpt_config_t *m, const par_layout_t *l, const par_plan_params_t *p) {
+  int mixed = l->precision != PAR_PREC_FP32, oned = l->tp_mode == PAR_TP_1D;
+  double e = p->act_elem_bytes > 0 ? p->act_elem_bytes : mixed ? 2.0 : 4.0;
+  double tok = (double)l->microbatch * m->seq / l->sp;
+  int seqpar = oned && l->seq_parallel && l->tp > 1;
+  int whole_input = oned && !seqpar && !l->partition_activations;
+  return tok * m->hidden * e / (whole_input ? 1.0 : (double)l->tp);
+}
+
+/* Gathered parameters DeepSpeed's ZeRO-3 keeps on a device, in elements of
+ * this rank's tensor slice (deepspeed/runtime/zero/partitioned_param_coordinator.py):
+ * tensors of at most zero3_persist_elems elements are never partitioned
+ * (*persist, whole on every rank); of the others, at the turn from forward to
+ * backward, those used again within zero3_reuse_elems elements of the trace
+ * stay gathered (the last reuse / 2 elements of the forward, reuse / 3 with
+ * recompute, whose backward runs each block's forward again), the module in
+ * use is gathered (at least the largest tensor) and up to zero3_prefetch_elems
+ * more are prefetched while the gathered total stays under
+ * zero3_max_live_elems (the loop stops after the tensor that crosses the
+ * bucket, so up to one tensor more). */
+static double deepspeed_gathered(const par_gpt_config_t *m, const par_layout_t *l, const par_plan_params_t *p,
+                                 int first, int last, double ls, double pdiv, double params, double *persist) {
+  double h = m->hidden, s = m->seq, v = m->vocab, T = p->zero3_persist_elems;
+  double r = l->tp_mode == PAR_TP_1D ? 1.0 : pdiv; /* 1d keeps layernorms and row biases whole */
+  const double blk[12] = {h / r, h / r, 3 * h * h / pdiv, 3 * h / pdiv, h * h / pdiv, h / r,
+                          h / r, h / r, 4 * h * h / pdiv, 4 * h / pdiv, 4 * h * h / pdiv, h / r};
+  double small = 0, leaf = 0;
+  for (int i = 0; i < 12; i++) {
+    if (blk[i] <= T) small += blk[i];
+    else leaf = fmax(leaf, blk[i]);
+  }
+  small *= ls;
+  double ends[4] = {first ? v * h / pdiv : 0, first ? s * h : 0, last ? 2 * h : 0,
+                    last && !first ? v * h / pdiv : 0};
+  for (int i = 0; i < 4; i++) {
+    if (ends[i] <= 0) continue;
+    if (ends[i] <= T) small += ends[i]; /* (the final layernorm's 2h counts as one tensor) */
+    else leaf = fmax(leaf, ends[i]);
+  }
+  *persist = small;
+  double big = params - small;
+  double retained = fmin(big, p->zero3_reuse_elems / (m->recompute ? 3.0 : 2.0));
+  double prefetch = fmin(p->zero3_prefetch_elems, fmax(0.0, p->zero3_max_live_elems - retained));
+  double live = fmax(retained, leaf) + (prefetch > 0 ? prefetch + leaf : 0.0);
+  return fmin(live, big);
+}
+
 static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const par_plan_params_t *p,
                          int first, int last, int microbatches, stage_mem_t *out) {
   memset(out, 0, sizeof *out);
   double h = m->hidden, s = m->seq, v = m->vocab, a = m->heads;
-  double ls = (double)m->layers / l->pp;
+  double ls = stage_layers(m, l);
   int oned = l->tp_mode == PAR_TP_1D;
   /* Matrices split over tp (2.5d: over q^2, replicated over the depth). */
   double pdiv = l->tp_mode == PAR_TP_2P5D ? (double)l->tp / l->tp_depth : (double)l->tp;
@@ -262,7 +320,11 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   /* (Megatron's 1d keeps the residual and layernorm gradients whole.) */
   double sr = oned ? fmin(p->bwd_scratch_token_elems_replicated, p->bwd_scratch_token_elems) : 0.0;
   act += tok * h * e * (sr + (p->bwd_scratch_token_elems - sr) / tpd);
-  if (first) act += inflight * tok * h * (e + mk); /* embedding output + dropout mask */
+  /* The embedding's dropout mask; its output is the first block's input,
+   * among that block's kept values (Korthikanti et al. count a block's input
+   * as its first layernorm's), unless the implementation keeps it apart
+   * (embed_output_kept: strata's engine counts each block's output instead). */
+  if (first) act += inflight * tok * h * (p->embed_output_kept * e + mk);
   /* Logits in compute precision for each microbatch in flight on the last
    * stage (they wait for its backward: one under 1F1B, all m under GPipe),
    * plus the fp32 working copy of the vocab-parallel cross-entropy (its
@@ -278,10 +340,25 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
   out->mem[PAR_MEM_ACTIV] = act;
 
   /* Communication buffers: gradient buckets when gradients are reduced or
-   * copied off the device; ZeRO-3 gathers whole layers just in time. */
+   * copied off the device; ZeRO-3's gathered parameters, as the
+   * implementation holds them (docs/planner.md, Buffers). */
   double buf = 0.0;
   if (nd > 1 || l->offload_optimizer != PAR_TIER_DEVICE) buf += p->dp_bucket_bytes;
-  if (l->zero_stage >= 3) buf += p->zero3_prefetch_layers * block * wb;
+  if (l->zero_stage >= 3 && p->zero3_prefetch_layers > 0) {
+    /* strata's engine (libparallel/src/dist/state.c): at a region's NEED the
+     * region and the next one are gathered whole (padded to the dp shards);
+     * the tied embedding stays gathered through each pass. */
+    double r0 = v * h / pdiv + s * h, rb = block;
+    if (l->tp == 1 || oned) {
+      r0 = plan_sharded(v * h / l->tp + s * h, nd, p->shard_align);
+      rb = plan_sharded((12.0 * h * h + 7.0 * h) / l->tp + 6.0 * h, nd, p->shard_align);
+    }
+    buf += ((first || last ? r0 : 0.0) + fmin(p->zero3_prefetch_layers, ls) * rb) * wb;
+  } else if (l->zero_stage >= 3) {
+    double persist = 0.0;
+    double live = deepspeed_gathered(m, l, p, first, last, ls, pdiv, params, &persist);
+    buf += (live + persist) * wb;
+  }
   /* Ring self-attention's backward: its queries and their gradient, two
    * blocks of k, v, dk and dv in flight, a row sum per query and head. */
   if (l->sp > 1) buf += 10.0 * tok * h * e / l->tp + tok * m->heads * e / l->tp;
@@ -315,6 +392,10 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
              pn[l->precision]);
     return STRATA_EINVAL;
   }
+  /* The matmul rate of a training step: the device's sustained GEMM rate
+   * (the cluster's gemm_efficiency of its peak, a property of the device)
+   * times the share of it a step's matmuls reach (params.gemm_efficiency). */
+  double gemm_rate = p->gemm_efficiency * c->gemm_efficiency[l->precision] * peak;
   out->valid = 1;
   out->params = par_plan_param_count(m);
 
@@ -341,13 +422,13 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
    * memory-bound kernels at hbm_efficiency of HBM bandwidth. */
   int mixed = l->precision != PAR_PREC_FP32;
   double wb = mixed ? 2.0 : 4.0, e = p->act_elem_bytes > 0 ? p->act_elem_bytes : wb;
-  double ls = (double)m->layers / l->pp;
+  double ls = stage_layers(m, l);
   double split = (double)l->tp * l->sp;
   double fwd = 1.0, bwd = p->bwd_factor, rc_ = m->recompute ? 1.0 : 0.0;
   double passes = fwd + bwd + rc_;
   double block_fwd = 24.0 * b * s * h * h + 4.0 * b * s * s * h;
   double gemm_mb = (passes * ls * block_fwd + (fwd + bwd) * 2.0 * b * s * h * v) / split;
-  double t_gemm = gemm_mb / (p->gemm_efficiency * peak);
+  double t_gemm = gemm_mb / gemm_rate;
   /* Megatron's 1d leaves layernorms and bias+dropout+residual whole on
    * every tensor rank; the other modes split every activation. */
   double rep = l->tp_mode == PAR_TP_1D ? p->ew_passes_token_replicated : 0.0;
@@ -385,6 +466,16 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
       stride *= size;
     }
     tp_bytes = bytes;
+    /* DeepSpeed's partitioned checkpoints (1d, recompute, no sequence
+     * parallelism): before each block's recomputation its input is
+     * all-gathered over the tensor group, (t-1)/t of tok h e per rank
+     * (strata's engine likewise: tests/train/pp_engine.c counts them). */
+    if (l->tp_mode == PAR_TP_1D && m->recompute && l->partition_activations && !l->seq_parallel) {
+      double full = b * s / l->sp * h * e, t = l->tp;
+      plan_group_link(c, p, 1, l->tp, &lk);
+      t_tp += ls * plan_gather_time(&lk, full);
+      tp_bytes += ls * (t - 1) / t * full;
+    }
   }
 
   /* Sequence parallelism (ring self-attention, arXiv 2105.13120), per block
@@ -401,7 +492,20 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
     t_sp = sp_bytes / lk.bw + ls * ((fwd + rc_) * (sp - 1) + 2.0 * sp - 1.0) * lk.lat;
   }
 
-  double t_mb = t_gemm + t_ew + t_tp + t_sp;
+  /* CPU-offloaded activation checkpoints (DeepSpeed's cpu_checkpointing,
+   * layout.checkpoint_cpu, with recompute): each block's kept input goes to
+   * host memory in forward and comes back before the block's recomputation
+   * in backward, 2 x its bytes over PCIe per block and microbatch. DeepSpeed
+   * copies them on the compute stream (.cpu() and .to(device) in
+   * runtime/activation_checkpointing/checkpointing.py; its transport stream
+   * is commented out), so nothing hides them: ckpt_cpu_overlap 0. */
+  double t_ckpt = 0.0, ckpt_bytes = 0.0;
+  if (m->recompute && l->checkpoint_cpu) {
+    ckpt_bytes = 2.0 * ls * checkpoint_bytes(m, l, p);
+    t_ckpt = (1.0 - p->ckpt_cpu_overlap) * ckpt_bytes / (c->host_bw * p->host_efficiency);
+  }
+
+  double t_mb = t_gemm + t_ew + t_tp + t_sp + t_ckpt;
   double vchunks = l->schedule == PAR_SCHED_INTERLEAVED ? l->interleave : 1;
   /* Pipeline bubble (p-1)/m of the ideal time, (p-1)/(v m) interleaved
    * (arXiv 2104.04473 sec. 2.2), with the stages' imbalance: the last stage
@@ -410,8 +514,12 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
    * other p - 1 stages at theirs, t_mid (the blocks alone; the first
    * stage's embedding lookup is memory-bound and negligible):
    * step = m t_last + (p - 1) t_mid / v. */
-  double head_gemm = (fwd + bwd) * 2.0 * b * s * h * v / split / (p->gemm_efficiency * peak);
-  double t_bubble = (l->pp - 1) / vchunks * (t_mb - (l->pp > 1 ? head_gemm : 0.0));
+  double head_gemm = (fwd + bwd) * 2.0 * b * s * h * v / split / gemm_rate;
+  /* With an uneven split the other stages hold the l - ceil(l/p) blocks the
+   * last does not: the fill and drain pass through them, (l - ls) blocks at
+   * the per-block time ((p - 1) ls blocks when even). */
+  double t_block = (t_mb - head_gemm) / ls;
+  double t_bubble = l->pp > 1 ? ((double)m->layers - ls) / vchunks * t_block : 0.0;
   /* Pipeline sends: b s h bytes per microbatch per boundary each way (b s h
    * / t with Megatron's scatter-gather over the tensor group), on the
    * critical path. */
@@ -434,10 +542,10 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
    * Stages 2 and 3 issue one collective per region (the embeddings, each
    * block, the final layernorm), as strata's engine and FSDP do, and each
    * pays the ring's latency (N-1) alpha: at thousands of ranks, 10 us a hop
-   * costs tens of ms per block. A pass hides its collectives behind its
-   * compute as far as the compute lasts (the next region is prefetched
-   * while this one computes) and never the first region's, which nothing
-   * precedes. */
+   * costs tens of ms per block. The data-parallel group (ranks tp apart)
+   * runs on the links it crosses (plan_group_link: NVLink inside a node,
+   * its share of the node's NICs across nodes). ZeRO-2 hides a pass behind
+   * its backward as far as that lasts; ZeRO-3 layer by layer (below). */
   double nd = (double)l->dp * l->sp;
   double grads = out->params_device * wb;
   double t_dp = 0.0, dp_bytes = 0.0, t_z3 = 0.0, z3_bytes = 0.0;
@@ -459,17 +567,56 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
       double hide = overlap * t_bwd_mb;
       t_dp = mb * fmax(0.0, pass - hide) + plan_gather_time(&lk, grads);
     } else {
-      /* forward: a gather pass against the forward's compute; backward:
-       * a gather pass and a reduce-scatter pass (one link, one after the
-       * other) against backward and recomputation */
+      /* ZeRO-3 layer by layer, as the prefetching schedules run it (strata's
+       * engine and DeepSpeed alike): while one region computes, the next
+       * one's all-gather runs on the data-parallel group's link; a region
+       * waits for the part of its gather its predecessor's compute did not
+       * cover, max(0, comm - compute). Forward: the embeddings' gather and
+       * the first block's (behind the embedding lookup, which takes no
+       * time) are exposed, each further block's hides behind the block
+       * before, the final layernorm's behind the last. Backward (the head
+       * first, then the blocks in reverse): the final layernorm's and the
+       * tied embedding's gathers are exposed, the last block's hides behind
+       * the head's backward, and behind each block's backward (recompute
+       * included, on the same gathered parameters) run the next block's
+       * gather and the previous one's reduce-scatter, one after the other on
+       * the same link; the first block's and the embeddings' reduce-scatters
+       * follow the last compute and are exposed. */
       dp_bytes = mb * frac * grads;
       z3_bytes = mb * 2.0 * frac * grads;
-      double hide = p->zero3_overlap;
-      double t_fwd = t_mb * fwd / passes, t_back = t_mb * (bwd + rc_) / passes;
-      double exp_f = fmax(0.0, pass - hide * t_fwd) + pass / regions;
-      double exp_b = fmax(0.0, 2.0 * pass - hide * t_back) + 2.0 * pass / regions;
-      t_z3 = mb * (exp_f + exp_b / 2.0); /* the gathers' share of backward's exposure */
-      t_dp = mb * exp_b / 2.0;           /* the reduce-scatters' */
+      int oned = l->tp_mode == PAR_TP_1D;
+      double pdiv = l->tp_mode == PAR_TP_2P5D ? (double)l->tp / l->tp_depth : (double)l->tp;
+      double blk = ((12.0 * h * h + 7.0 * h) / pdiv + 6.0 * h / (oned ? 1.0 : pdiv)) * wb;
+      double emb = (v * h / pdiv + s * h) * wb, fin = 2.0 * h * wb;
+      double gB = plan_gather_time(&lk, blk), gE = plan_gather_time(&lk, emb), gF = plan_gather_time(&lk, fin);
+      double rsB = gB, o = p->zero3_overlap;
+      if (p->zero3_prefetch_layers <= 0) {
+        /* DeepSpeed gathers module by module: one coalesced all-gather per
+         * prefetch batch of about zero3_prefetch_elems elements, at least one
+         * module (qkv, proj, fc, fc-proj) each; each call pays the ring's
+         * latency. Without a prefetch bucket it gathers each module when
+         * needed: nothing overlaps. */
+        double elems = blk / wb, calls = p->zero3_prefetch_elems > 0 ? fmin(4.0, elems / p->zero3_prefetch_elems) : 4.0;
+        gB += (calls - 1.0) * (nd - 1.0) * lk.lat;
+        if (p->zero3_prefetch_elems <= 0) o = 0.0;
+      }
+      double cf = o * t_block * fwd / passes, cb = o * t_block * (bwd + rc_) / passes;
+      double chb = o * head_gemm * bwd / (fwd + bwd);
+      int L = (int)ls;
+      /* forward: gathers only */
+      double ef = gE + gB + (L - 1) * fmax(0.0, gB - cf) + fmax(0.0, gF - cf);
+      /* backward, with (rs = 1) and without (rs = 0) the reduce-scatters */
+      double eb[2];
+      for (int rs = 0; rs <= 1; rs++) {
+        double x = gF + gE + fmax(0.0, gB - chb);
+        for (int j = L; j >= 1; j--) /* during block j's backward: block j-1's gather, the
+                                        reduce-scatter of the region finished before */
+          x += fmax(0.0, (j >= 2 ? gB : 0.0) + (rs ? (j == L ? gF : rsB) : 0.0) - cb);
+        if (rs) x += rsB + gE; /* the first block's and the embeddings' reduce-scatters */
+        eb[rs] = x;
+      }
+      t_z3 = mb * (ef + eb[0]);   /* the gathers' exposure */
+      t_dp = mb * (eb[1] - eb[0]); /* what the reduce-scatters add */
     }
   }
 
@@ -527,14 +674,14 @@ int par_plan_estimate(const par_gpt_config_t *m, const par_layout_t *l, const pa
   out->time[PAR_T_PP] = t_pp;
   out->time[PAR_T_DP] = t_dp;
   out->time[PAR_T_ZERO3] = t_z3;
-  out->time[PAR_T_OFFLOAD] = t_off;
+  out->time[PAR_T_OFFLOAD] = t_off + mb * t_ckpt;
   out->time[PAR_T_OPTIM] = t_opt;
   out->comm_bytes[PAR_T_TP] = mb * tp_bytes;
   out->comm_bytes[PAR_T_SP] = mb * sp_bytes;
   out->comm_bytes[PAR_T_PP] = pp_bytes;
   out->comm_bytes[PAR_T_DP] = dp_bytes;
   out->comm_bytes[PAR_T_ZERO3] = z3_bytes;
-  out->comm_bytes[PAR_T_OFFLOAD] = off_bytes;
+  out->comm_bytes[PAR_T_OFFLOAD] = off_bytes + mb * ckpt_bytes;
   for (int i = 0; i < PAR_T_COUNT; i++) out->step_time += out->time[i];
   /* the schedule's own: (p - 1) / (v m) of the ideal time on balanced stages */
   out->bubble_fraction = mb > 0 ? (l->pp - 1) / (vchunks * mb) : 0.0;
@@ -594,5 +741,85 @@ int par_plan_calibrate(const par_gpt_config_t *m, const par_layout_t *l, const p
     else hi = q.gemm_efficiency;
   }
   *eff = 0.5 * (lo + hi);
+  return STRATA_OK;
+}
+
+/* ------------------------------------------------------------------ largest */
+
+static long lcm_l(long a, long b) {
+  long x = a, y = b;
+  while (y) {
+    long t = x % y;
+    x = y, y = t;
+  }
+  return a / x * b;
+}
+
+/* The model of the family at size k x step; 1 when it fits, 0 when not, -1 invalid. */
+static int largest_try(const par_gpt_config_t *m, const par_layout_t *l, const par_cluster_t *c,
+                       const par_plan_params_t *p, par_grow_t grow, long size, par_gpt_config_t *mk, par_plan_t *r) {
+  *mk = *m;
+  if (grow == PAR_GROW_LAYERS) mk->layers = (int)size;
+  else mk->hidden = (int)size;
+  return par_plan_estimate(mk, l, c, p, r) ? -1 : r->fits;
+}
+
+int par_plan_largest(const par_gpt_config_t *m, const par_layout_t *l, const par_cluster_t *c,
+                     const par_plan_params_t *p, par_grow_t grow, int step, int max, par_gpt_config_t *best,
+                     par_plan_t *plan) {
+  par_plan_t r, keep;
+  par_gpt_config_t mk, mbest;
+  memset(&keep, 0, sizeof keep);
+  if (plan) memset(plan, 0, sizeof *plan);
+  if (!m || !l || !c || (grow != PAR_GROW_LAYERS && grow != PAR_GROW_HIDDEN) || step < 0 || max < 0) {
+    if (plan) snprintf(plan->why, sizeof plan->why, "largest: a NULL input, an unknown size to grow or a negative step");
+    return STRATA_EINVAL;
+  }
+  long st = step;
+  if (!st)
+    st = grow == PAR_GROW_LAYERS ? (l->schedule == PAR_SCHED_INTERLEAVED ? (long)l->pp * l->interleave : 1)
+                                 : lcm_l(m->heads > 0 ? m->heads : 1, 128);
+  long hi_max = max ? max : grow == PAR_GROW_LAYERS ? 100000 : 1048576;
+  long kmax = hi_max / st;
+  /* With layers growing, fewer than pp would be invalid: start at the
+   * least multiple of the step that gives every stage a block. */
+  long k0 = 1;
+  if (grow == PAR_GROW_LAYERS)
+    while (k0 * st < l->pp) k0++;
+  if (kmax < k0) {
+    if (plan) snprintf(plan->why, sizeof plan->why, "largest: max %ld is below the first size %ld", hi_max, k0 * st);
+    return STRATA_EINVAL;
+  }
+  int f = largest_try(m, l, c, p, grow, k0 * st, &mk, &r);
+  if (f < 0) {
+    if (plan) *plan = r;
+    return STRATA_EINVAL;
+  }
+  if (!f) {
+    if (plan) *plan = r;
+    return STRATA_ENOTFOUND;
+  }
+  mbest = mk, keep = r;
+  /* Doubling, then bisection: memory grows with either size. A size the
+   * layout cannot take (an invalid one) counts as not fitting. */
+  long lo = k0, hi = 0;
+  for (long k = 2 * k0; !hi; k *= 2) {
+    if (k > kmax) k = kmax;
+    f = largest_try(m, l, c, p, grow, k * st, &mk, &r);
+    if (f > 0) {
+      lo = k, mbest = mk, keep = r;
+      if (k == kmax) break;
+    } else {
+      hi = k;
+    }
+  }
+  while (hi && hi - lo > 1) {
+    long mid = lo + (hi - lo) / 2;
+    f = largest_try(m, l, c, p, grow, mid * st, &mk, &r);
+    if (f > 0) lo = mid, mbest = mk, keep = r;
+    else hi = mid;
+  }
+  if (best) *best = mbest;
+  if (plan) *plan = keep;
   return STRATA_OK;
 }

@@ -25,6 +25,9 @@ static const field_t cluster_fields[] = {
     {"peak_flops.fp32", offsetof(par_cluster_t, peak_flops) + 0 * sizeof(double), 0},
     {"peak_flops.bf16", offsetof(par_cluster_t, peak_flops) + 1 * sizeof(double), 0},
     {"peak_flops.fp16", offsetof(par_cluster_t, peak_flops) + 2 * sizeof(double), 0},
+    {"gemm_efficiency.fp32", offsetof(par_cluster_t, gemm_efficiency) + 0 * sizeof(double), 0},
+    {"gemm_efficiency.bf16", offsetof(par_cluster_t, gemm_efficiency) + 1 * sizeof(double), 0},
+    {"gemm_efficiency.fp16", offsetof(par_cluster_t, gemm_efficiency) + 2 * sizeof(double), 0},
     CF(intra_bw), CF(intra_lat), CF(inter_bw), CF(inter_lat), CF(host_bw), CF(cpu_mem_bytes),
     CF(cpu_mem_bw), CF(cpu_flops), CF(nvme_bytes), CF(nvme_bw),
 };
@@ -37,7 +40,9 @@ static const field_t param_fields[] = {
     PF(act_token_elems), PF(act_token_elems_replicated), PF(act_score_elems),
     PF(bwd_scratch_token_elems), PF(bwd_scratch_token_elems_replicated), PF(mask_bytes), PF(act_elem_bytes),
     PF(bwd_factor), PF(dp_overlap), PF(zero3_overlap), PF(offload_overlap), PF(cpu_adam_bytes),
-    PF(cpu_adam_flops), PF(gpu_optim_bytes), PF(dp_bucket_bytes), PF(zero3_prefetch_layers), PF(shard_align),
+    PF(cpu_adam_flops), PF(gpu_optim_bytes), PF(dp_bucket_bytes), PF(zero3_prefetch_layers), PF(zero3_prefetch_elems),
+    PF(zero3_max_live_elems), PF(zero3_reuse_elems), PF(zero3_persist_elems), PF(embed_output_kept),
+    PF(ckpt_cpu_overlap), PF(shard_align),
     PF(device_reserved_bytes), PF(cpu_reserved_bytes), PF(token_budget), PF(keep_stage_outputs), PF(pp_dp_overlap),
     PF(pp_scatter_gather),
 };
@@ -238,4 +243,7 @@ void par_plan_params_engine(par_plan_params_t *p) {
   p->device_reserved_bytes = 0, p->dp_bucket_bytes = 0;
   p->act_elem_bytes = 4; /* fp32 compute under every precision */
   p->keep_stage_outputs = 1, p->pp_dp_overlap = 1, p->pp_scatter_gather = 0;
+  p->embed_output_kept = 1;     /* x[0] besides each block's output x[l+1] */
+  p->zero3_prefetch_layers = 2; /* ZeRO-3: the embeddings all pass, the region in use and the next */
+  p->zero3_persist_elems = 0;   /* every region is sharded */
 }

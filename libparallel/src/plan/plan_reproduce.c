@@ -108,7 +108,7 @@ static int zero_comm(const par_plan_params_t *p, sink_t *s) {
   par_plan_t r;
   int rc = par_plan_estimate(&g2, &l, &one, p, &r);
   if (rc) return rc;
-  double logits = 32.0 * g2.seq * g2.vocab * (2.0 + 4.0), emb = 32.0 * g2.seq * g2.hidden * 3.0;
+  double logits = 32.0 * g2.seq * g2.vocab * (2.0 + 4.0), emb = 32.0 * g2.seq * g2.hidden * 1.0; /* its mask */
   double scores = 32.0 * g2.heads * g2.seq * g2.seq * 5.0 * g2.layers;
   double scratch = 32.0 * g2.seq * g2.hidden * 2.0 * p->bwd_scratch_token_elems;
   double per = (r.mem[PAR_MEM_ACTIV] - logits - emb - scores - scratch) /
@@ -172,21 +172,19 @@ static int deepspeed_1t(const par_plan_params_t *p, sink_t *s) {
 /* ---------------------------------------------------------- ZeRO-Offload */
 
 /* The largest model of a family (hidden sizes x depths) that fits: the
- * planner's own verdict, layer by layer. */
+ * planner's own verdict (par_plan_largest, depth in steps of the stages). */
 static double largest_fitting(const par_cluster_t *c, const par_layout_t *tmpl,
                               const par_plan_params_t *p, const int *hidden, int nh, int heads,
                               int seq, int recompute, par_gpt_config_t *best) {
   double bestp = 0;
   for (int i = 0; i < nh; i++) {
-    for (int layers = tmpl->pp; layers <= 400; layers += tmpl->pp) {
-      par_gpt_config_t m = {.layers = layers, .hidden = hidden[i], .heads = heads, .seq = seq,
-                            .vocab = 50304, .recompute = recompute};
-      par_plan_t r;
-      if (par_plan_estimate(&m, tmpl, c, p, &r) || !r.fits) break;
-      if (r.params > bestp) {
-        bestp = r.params;
-        if (best) *best = m;
-      }
+    par_gpt_config_t m = {.layers = tmpl->pp, .hidden = hidden[i], .heads = heads, .seq = seq,
+                          .vocab = 50304, .recompute = recompute}, big;
+    par_plan_t r;
+    if (par_plan_largest(&m, tmpl, c, p, PAR_GROW_LAYERS, tmpl->pp, 400, &big, &r)) continue;
+    if (r.params > bestp) {
+      bestp = r.params;
+      if (best) *best = big;
     }
   }
   return bestp;
