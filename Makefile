@@ -5,14 +5,15 @@
 #   make run             the main job (see README.md)
 #   make bench           print BENCH lines (figures, not pass/fail)
 #   make test-gpu        CUDA tests on a GPU machine (bundle built here)
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   libraries, headers, pkg-config files, bin/strata
 #   make SANITIZE=address,undefined test
 #   make CUDA=0 | CUDA=1 (auto by default: CUDA paths built when nvcc is found)
 #
 # Each library folder has a lib.mk that declares its sources and dependencies
 # (see mk/rules.mk); tests/<lib>/tests.mk declares its tests. The dependency DAG
-# of ../DESIGN.md is enforced here: a library sees only its own headers and the
-# headers of the libraries it declares.
+# (README.md, "Libraries and their dependencies") is enforced here: a library
+# sees only its own headers and the headers of the libraries it declares, and
+# `make check-deps` (part of `make test`) checks the sources.
 
 .DEFAULT_GOAL := all
 include mk/config.mk
@@ -63,7 +64,7 @@ check-deps:
 	@scripts/check-deps.sh
 
 install: all $(INSTALL_TARGETS)
-	@echo "strata: installed $(LIBS) under $(PREFIX) (pkg-config: strata-<lib>)"
+	@echo "strata: installed $(LIBS) and bin/strata under $(PREFIX) (pkg-config: strata-<lib>)"
 
 clean:
 	rm -rf build build-*

@@ -101,14 +101,15 @@ static double runner(int steps, const char *dir) {
   snprintf(buf[1], sizeof buf[1], "run_dir=%s", dir);
   const char *ov[] = {buf[0], buf[1], "train.eval_every=0", "train.eval_batches=1",
                       "checkpoint.every=0", "checkpoint.final=false", "metrics.plot=false",
-                      "train.log_every=1000000000"};
+                      "train.log_every=1000000000", "overwrite=true"}; /* every repeat in one folder */
+  const int nov = (int)(sizeof ov / sizeof *ov);
   lua_State *L = luaL_newstate();
   luaL_openlibs(L);
   luaL_requiref(L, "strata", luaopen_strata, 0);
   lua_pushstring(L, "recipes/quickstart.lua");
   lua_setfield(L, -2, "recipe_path");
-  lua_createtable(L, 8, 0);
-  for (int i = 0; i < 8; i++) {
+  lua_createtable(L, nov, 0);
+  for (int i = 0; i < nov; i++) {
     lua_pushstring(L, ov[i]);
     lua_seti(L, -2, i + 1);
   }

@@ -5,6 +5,7 @@ LIBS += optim
 optim_DIR  := liboptim
 optim_DEPS :=
 optim_LIBS :=
+optim_OPENMP := 1
 # sqrtf without errno lets the compiler vectorise the Adam/LAMB denominators;
 # no -ffast-math: inf/nan must propagate for the loss scaler.
 optim_CFLAGS := -fno-math-errno

@@ -4,5 +4,6 @@ tensor_DIR  := libtensor
 tensor_DEPS :=
 tensor_CFLAGS := $(BLAS_CFLAGS)
 tensor_LIBS := $(BLAS_LIBS)
-tensor_PC_REQUIRES := openblas
+tensor_PC_REQUIRES_PRIVATE := openblas
+tensor_OPENMP := 1
 $(eval $(call strata_library,tensor))

@@ -70,33 +70,103 @@ function M.experiment(recipe)
   return M.prepare_and_train(cfg)
 end
 
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- The files of an earlier run that a fresh run would write over: its
+-- checkpoint, metrics and plot. Unless told to overwrite them or to
+-- resume, the run refuses to start (exit status 2) with one line naming
+-- them and the two ways on, before anything is read or written. Every rank
+-- looks (the checkpoint is written collectively, so the ranks share its
+-- file system); each says the same.
+local function refuse_earlier_run(cfg)
+  local dir = cfg.run_dir:gsub("/+$", "")
+  local function name(path) -- as found under run_dir, else the whole path
+    return path:sub(1, #dir + 1) == dir .. "/" and path:sub(#dir + 2) or path
+  end
+  local found, all_inside = {}, true
+  local function add(path, detail)
+    found[#found + 1] = name(path) .. (detail or "")
+    all_inside = all_inside and name(path) ~= path
+  end
+  local ck, mp, plot = cfg.checkpoint.path, cfg.metrics.path, cfg.metrics.plot
+  local has_ckpt = exists(ck)
+  if has_ckpt then
+    local c, step = M.checkpoint.open(ck), nil -- collective: every rank sees the same file
+    if c then step = c:get_integers("step", 1) c:close() end
+    add(ck, step and string.format(" (step %d)", step[1]))
+  end
+  if exists(mp) then
+    local steps = M.metrics.read(mp, "step")
+    local last = steps and steps[#steps] and math.tointeger(steps[#steps])
+    add(mp, last and string.format(" (to step %d)", last))
+  end
+  if plot and exists(plot) then add(plot) end
+  if #found == 0 then return end
+  local what = all_inside and string.format("%s holds an earlier run: %s", dir, table.concat(found, ", "))
+               or string.format("an earlier run's files are in the way: %s", table.concat(found, ", "))
+  local ways = has_ckpt and "resume it with train.resume=true, or start again over it with overwrite=true"
+               or "start again over it with overwrite=true"
+  error({message = string.format("%s; %s (or choose another run_dir)", what, ways), status = 2,
+         same_on_all_ranks = true}, 0)
+end
+
+-- On resume: the checkpoint's recorded settings (nil when it records none:
+-- an older strata wrote it, or it cannot be read, which the load reports).
+local function checkpoint_settings(path)
+  if not exists(path) then return nil end
+  local c = M.checkpoint.open(path) -- collective
+  if not c then return nil end
+  local s = c:get_string("settings")
+  c:close()
+  return s ~= "" and s or nil
+end
+
 -- The data-parallel degree and the batch of a validated configuration on
 -- `size` devices; devices(product) words where they come from for the
 -- message (by default the ranks running).
 function M.resolve_batch(cfg, size, devices)
   local p = cfg.parallel
-  local dp = p.dp == "auto" and size // (p.tp * p.pp * p.sp) or p.dp
-  local product = dp * p.tp * p.pp * p.sp
+  local refuse = cfg._refuse
+  local model_ranks = p.tp * p.pp * p.sp
+  local dp = p.dp == "auto" and size // model_ranks or p.dp
+  local product = dp * model_ranks
   if product ~= size or dp < 1 then
-    devices = devices or function(n)
-      return string.format("%d ranks are running (start with strata run -n %d)", size, n)
+    local why
+    if devices then
+      why = string.format("dp*tp*pp*sp = %d but %s", product, devices(product))
+    else
+      local ranks = string.format("%d rank%s", size, size == 1 and " is" or "s are")
+      if p.dp ~= "auto" then
+        why = string.format("dp*tp*pp*sp = %d but %s running (start with strata run -n %d)", product, ranks, product)
+      elseif dp < 1 then
+        why = string.format("tp*pp*sp = %d ranks hold one copy of the model but %s running (start with strata run -n %d)",
+                            model_ranks, ranks, model_ranks)
+      else
+        why = string.format("tp*pp*sp = %d does not divide the %d ranks running (start with strata run -n %d)",
+                            model_ranks, size, product)
+      end
     end
-    raise(cfg._locate("parallel.dp"), "parallel.dp", p.dp,
-          string.format("dp*tp*pp*sp = %d but %s", product, devices(product)))
+    refuse("parallel.dp", p.dp, why, "parallel.tp", "parallel.pp", "parallel.sp")
   end
   cfg.parallel.dp = dp
   local t = cfg.train
   if t.global_batch then
     local per = dp * t.batch
     if t.global_batch % per ~= 0 then
-      raise(cfg._locate("train.global_batch"), "train.global_batch", t.global_batch,
-            string.format("not a multiple of parallel.dp x train.batch = %d x %d = %d", dp, t.batch, per))
+      refuse("train.global_batch", t.global_batch,
+             string.format("not a multiple of parallel.dp x train.batch = %d x %d = %d", dp, t.batch, per),
+             "train.batch", "parallel.dp")
     end
     local accum_key = cfg._given["parallel.microbatches"] and "parallel.microbatches" or "train.accum"
     if cfg._given[accum_key] and t.accum ~= t.global_batch // per then
-      raise(cfg._locate(accum_key), accum_key, t.accum,
-            string.format("train.global_batch = %d needs %d microbatches of %d on %d ranks",
-                          t.global_batch, t.global_batch // per, t.batch, dp))
+      refuse(accum_key, t.accum,
+             string.format("train.global_batch = %d needs %d microbatches of %d on %d ranks",
+                           t.global_batch, t.global_batch // per, t.batch, dp),
+             "train.global_batch", "train.batch", "parallel.dp")
     end
     t.accum = t.global_batch // per
   end
@@ -141,16 +211,19 @@ function M.resolve_batch(cfg, size, devices)
   if p.pp > 1 and p.schedule == "interleaved" and t.accum % p.pp ~= 0 then
     local key = cfg._given["parallel.microbatches"] and "parallel.microbatches"
                 or cfg._given["train.global_batch"] and "train.global_batch" or "train.accum"
-    raise(cfg._locate(key), key, cfg._given["train.global_batch"] and key == "train.global_batch" and t.global_batch or t.accum,
-          string.format("the interleaved schedule needs microbatches per step (%d) a multiple of parallel.pp = %d",
-                        t.accum, p.pp))
+    refuse(key, cfg._given["train.global_batch"] and key == "train.global_batch" and t.global_batch or t.accum,
+           string.format("the interleaved schedule needs microbatches per step (%d) a multiple of parallel.pp = %d",
+                         t.accum, p.pp),
+           "parallel.pp", "train.batch", "train.accum", "train.global_batch")
   end
 end
 
 function M.prepare_and_train(cfg)
   local rank, size = M.world()
   M.resolve_batch(cfg, size)
-  local p = cfg.parallel
+  local p, t = cfg.parallel, cfg.train
+  local resume = t.resume == true and cfg.checkpoint.path or t.resume or nil
+  if not resume and not cfg.overwrite then refuse_earlier_run(cfg) end
   local d = cfg.data
   local data, err = M.data.open{
     source = d.source, path = d.path, val_path = d.val_path, val_fraction = d.val_fraction,
@@ -169,6 +242,12 @@ function M.prepare_and_train(cfg)
   elseif data:vocab() > cfg.model.vocab then
     raise(cfg._locate("model.vocab"), "model.vocab", cfg.model.vocab,
           string.format("the data holds token %d (vocabulary %d)", data:vocab() - 1, data:vocab()))
+  end
+  cfg._settings = M.settings_text(cfg, {["data.train_samples"] = data:samples("train"),
+                                        ["data.val_samples"] = data:samples("val")})
+  if resume then -- a changed setting is allowed (a new learning rate may be meant), and said once loaded
+    local old = checkpoint_settings(resume)
+    if old then cfg._resume_changes = table.concat(M.settings_changes(old, cfg._settings), ", ") end
   end
   if not M.train then
     data:close()

@@ -377,9 +377,13 @@ int lstrata_cmd_eval(int argc, char **argv) {
   else printf(" (bits/byte: give tokenizer=)");
   printf("\n");
   static const char *const names[] = {"loss", "perplexity", "bits_per_byte", "tokens", "bytes"};
+  static const char *const units[] = {"nats/token", "perplexity", "bits/byte", "tokens", "bytes"};
   double row[5] = {loss, ppl, bpb, tokens, have_bpb ? bytes : NAN};
   par_metrics_t *mt = NULL;
-  if (par_metrics_create(out, names, 5, &mt, err, sizeof err) || par_metrics_append(mt, row, 1) ||
+  int unit_rc = 0;
+  if (par_metrics_create(out, names, 5, &mt, err, sizeof err) == STRATA_OK)
+    for (int k = 0; k < 5 && !unit_rc; k++) unit_rc = par_metrics_set_unit(mt, names[k], units[k]);
+  if (!mt || unit_rc || par_metrics_append(mt, row, 1) ||
       par_metrics_set_attr(mt, "model", pos[0]) || par_metrics_set_attr(mt, "data", pos[1])) {
     if (mt) snprintf(err, sizeof err, "%s", par_metrics_error(mt));
     par_metrics_destroy(mt);

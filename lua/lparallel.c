@@ -319,6 +319,26 @@ static int metrics_attr(lua_State *L) {
   return 1;
 }
 
+/* m:unit(name, unit): the unit of a metric ("nats/token", "bytes", ...);
+ * `strata plot` draws the metrics of one unit in one panel. */
+static int metrics_unit(lua_State *L) {
+  lmetrics_t *u = tometrics(L);
+  int rc = par_metrics_set_unit(u->m, luaL_checkstring(L, 2), luaL_checkstring(L, 3));
+  if (rc != STRATA_OK) return lstrata_fail(L, par_metrics_error(u->m), rc);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* strata.metrics.unit(path, name) -> unit | nil, message, code */
+static int metrics_read_unit(lua_State *L) {
+  char *unit = NULL, err[512] = "";
+  int rc = par_metrics_read_unit(luaL_checkstring(L, 1), luaL_checkstring(L, 2), &unit, err, sizeof err);
+  if (rc != STRATA_OK) return lstrata_fail(L, err, rc);
+  lua_pushstring(L, unit);
+  free(unit);
+  return 1;
+}
+
 /* strata.metrics.read(path, name) -> {values...} | nil, message, code */
 static int metrics_read(lua_State *L) {
   const char *path = luaL_checkstring(L, 1), *name = luaL_checkstring(L, 2);
@@ -360,7 +380,8 @@ static int metrics_tostring(lua_State *L) {
 }
 
 static const luaL_Reg metrics_methods[] = {
-    {"append", metrics_append}, {"attr", metrics_attr}, {"close", metrics_close}, {NULL, NULL}};
+    {"append", metrics_append}, {"attr", metrics_attr}, {"unit", metrics_unit}, {"close", metrics_close},
+    {NULL, NULL}};
 
 /* ------------------------------------------------------------ checkpoint */
 
@@ -658,7 +679,8 @@ int luaopen_strata_parallel(lua_State *L) {
   luaL_newlib(L, data_f);
   lua_setfield(L, -2, "data");
   luaL_Reg metrics_f[] = {
-      {"create", metrics_create}, {"read", metrics_read}, {"names", metrics_names}, {NULL, NULL}};
+      {"create", metrics_create}, {"read", metrics_read}, {"names", metrics_names}, {"unit", metrics_read_unit},
+      {NULL, NULL}};
   luaL_newlib(L, metrics_f);
   lua_setfield(L, -2, "metrics");
   luaL_Reg ckpt_f[] = {{"create", ckpt_create}, {"open", ckpt_open}, {NULL, NULL}};

@@ -34,6 +34,7 @@ typedef struct {
   int tty;
   double flops_per_token, peak; /* model FLOPs per token; sgemm peak of one rank (0: unknown) */
   const char *resume, *ckpt; /* held by the configuration table */
+  const char *changes; /* on resume: the settings other than the checkpoint's ("": none; NULL: it records none) */
 } run_t;
 
 static int run_free(lua_State *L) {
@@ -154,6 +155,10 @@ static void progress(void *ctx, const par_progress_t *p) {
       printf("strata: resumed from '%s' at step %ld\n", r->resume, p->start);
       fflush(stdout);
     }
+    if (p->rank == 0 && r->resume && r->changes && r->changes[0]) { /* allowed, and said (once loaded) */
+      fprintf(stderr, "strata: resuming with settings other than the checkpoint's: %s\n", r->changes);
+      fflush(stderr);
+    }
     return;
   }
   if (p->rank == 0 && (r->tty || p->step % r->log_every == 0 || p->evaluated || p->step == p->steps)) {
@@ -194,6 +199,11 @@ static void progress(void *ctx, const par_progress_t *p) {
 }
 
 static void notice(void *ctx, const char *msg) {
+  const run_t *r = ctx;
+  /* The engine compares the optimizer's and the data's descriptions on
+   * resume; the runner's note covers them when the checkpoint records its
+   * settings. */
+  if (r->changes && !strncmp(msg, "resuming with ", 14)) return;
   fprintf(stderr, "strata: %s\n", msg);
   fflush(stderr);
 }
@@ -318,12 +328,14 @@ static int l_train(lua_State *L) {
   r->kill_step = kill_at ? atol(kill_at) : -1;
 
   lstrata_info(L); /* versions, kept on the stack while the run lasts */
+  const char *settings = cfg_str(L, NULL, "_settings"); /* what a resume compares (strata.experiment's) */
   par_attr_t attrs[] = {{"name", name},
                         {"recipe", recipe_text(L)},
                         {"strata_version", STRATA_VERSION},
-                        {"versions", lua_tostring(L, -1)}};
+                        {"versions", lua_tostring(L, -1)},
+                        {"settings", settings}};
   to.attrs = attrs;
-  to.nattrs = (int)(sizeof attrs / sizeof *attrs);
+  to.nattrs = (int)(sizeof attrs / sizeof *attrs) - (settings[0] ? 0 : 1);
   to.progress = progress;
   to.notice = notice;
   to.ctx = r;
@@ -337,6 +349,10 @@ static int l_train(lua_State *L) {
   eo.loss_scale_window = (int)cfg_int(L, "train", "loss_scale_window");
   r->resume = to.resume;
   r->ckpt = to.ckpt_path;
+  lua_getfield(L, 1, "_resume_changes"); /* nil: the checkpoint records no settings */
+  r->changes = lua_tostring(L, -1);
+  lua_pop(L, 1); /* the string stays referenced by the configuration table */
+  int overwrite = cfg_bool(L, NULL, "overwrite") && !to.resume;
 
   char err[1600] = "";
   if (par_engine_create(&r->e, &mc, &lay, &oc, &eo, err, sizeof err) != STRATA_OK)
@@ -353,6 +369,11 @@ static int l_train(lua_State *L) {
   if (to.resume && access(to.resume, R_OK) != 0)
     run_fail(L, 1, "train.resume: no checkpoint at '%s' (%s)", to.resume, strerror(errno));
   if (rank == 0) {
+    if (overwrite) { /* overwrite = true: the earlier run's outputs go now, not a stale checkpoint left behind */
+      unlink(to.ckpt_path);
+      unlink(to.metrics_path);
+      if (plot[0]) unlink(plot);
+    }
     make_parent(to.metrics_path);
     make_parent(to.ckpt_path);
     if (plot[0]) make_parent(plot);

@@ -98,11 +98,19 @@ void lstrata_resume_command(char *buf, size_t n, const char *ckpt) {
     k = put_word(buf, n, k, cmd_self);
     k = put_word(buf, n, k, "run");
   }
+  /* A resume continues the run in place (overwrite=true would contradict
+   * it); starting again once training has begun (its metrics file is there)
+   * must overwrite, or the runner refuses to start over the run. */
+  int started = status->steps > 0;
   for (int i = 0; i < cmd_nargs; i++)
-    if (strncmp(cmd_args[i], "train.resume=", 13) != 0) k = put_word(buf, n, k, cmd_args[i]);
+    if (strncmp(cmd_args[i], "train.resume=", 13) != 0 &&
+        !((ckpt || started) && strncmp(cmd_args[i], "overwrite=", 10) == 0))
+      k = put_word(buf, n, k, cmd_args[i]);
   if (ckpt) {
     snprintf(over, sizeof over, "train.resume=%s", ckpt);
     put_word(buf, n, k, over);
+  } else if (started) {
+    put_word(buf, n, k, "overwrite=true");
   }
 }
 

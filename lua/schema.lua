@@ -144,6 +144,8 @@ local sections = {
 local top = {
   name = {t = STR, default = "experiment", doc = "name of the run (title of plots)"},
   run_dir = {t = STR, doc = "output folder (default runs/NAME)"},
+  overwrite = {t = BOOL, default = false,
+               doc = "start again over an earlier run's checkpoint, metrics and plot; false: such a run refuses to start"},
 }
 
 M.schema = {sections = sections, top = top}
@@ -310,8 +312,12 @@ local function check_unread(c, loc, given)
     local switched = loc(decider) == "command line" and loc(path) ~= "command line"
     if given[path] and not switched then
       local sec, key = path:match("^(%w+)%.([%w_]+)$")
-      raise(loc(path), path, c[sec][key], "not used " .. why)
+      raise(loc(path), path, sec and c[sec][key] or c[path], "not used " .. why)
     end
+  end
+  decider = "train.resume"
+  if c.train.resume then
+    unread("overwrite", "when resuming (train.resume continues the run in place; overwrite=true starts again over it)")
   end
   decider = "parallel.pp"
   if c.parallel.pp == 1 then
@@ -362,22 +368,22 @@ local function check_unread(c, loc, given)
   end
 end
 
--- Cross-key checks on the completed configuration.
-local function check_relations(c, loc)
+-- Cross-key checks on the completed configuration. refuse(path, value, why,
+-- ...) reports `path`, blaming the command line when one of the other keys
+-- named (the ones the check also reads) was set there.
+local function check_relations(c, refuse)
   local m, d, o, t = c.model, c.data, c.optim, c.train
   if m.hidden % m.heads ~= 0 then
-    raise(loc("model.heads"), "model.heads", m.heads,
-          string.format("does not divide model.hidden = %d", m.hidden))
+    refuse("model.heads", m.heads, string.format("does not divide model.hidden = %d", m.hidden), "model.hidden")
   end
   if d.source == "markov" then
-    if d.path then raise(loc("data.path"), "data.path", d.path, 'not used by data.source = "markov"') end
+    if d.path then refuse("data.path", d.path, 'not used by data.source = "markov"', "data.source") end
     local seq = t.seq or m.seq
     if d.tokens < 2 * (seq + 1) then
-      raise(loc("data.tokens"), "data.tokens", d.tokens,
-            string.format("too small for samples of %d tokens", seq))
+      refuse("data.tokens", d.tokens, string.format("too small for samples of %d tokens", seq), "train.seq", "model.seq")
     end
   elseif not d.path then
-    raise(loc("data.source"), "data.path", nil, string.format('required for data.source = "%s"', d.source))
+    refuse("data.path", nil, string.format('required for data.source = "%s"', d.source), "data.source")
   end
   local par = c.parallel
   if par.tp_mode ~= "1d" then
@@ -390,84 +396,94 @@ local function check_relations(c, loc)
     local q
     if par.tp_mode == "3d" then q = root(par.tp, 3) elseif par.tp % d == 0 then q = root(par.tp // d, 2) end
     if not q then
-      raise(loc("parallel.tp"), "parallel.tp", par.tp,
-            par.tp_mode == "3d" and "is not a cube (3d tensor parallelism needs tp = q^3)"
-            or par.tp_mode == "2d" and "is not a square (2d tensor parallelism needs tp = q^2)"
-            or string.format("is not q^2 x parallel.tp_depth = q^2 x %d (2.5d tensor parallelism)", d))
+      refuse("parallel.tp", par.tp,
+             par.tp_mode == "3d" and "is not a cube (3d tensor parallelism needs tp = q^3)"
+             or par.tp_mode == "2d" and "is not a square (2d tensor parallelism needs tp = q^2)"
+             or string.format("is not q^2 x parallel.tp_depth = q^2 x %d (2.5d tensor parallelism)", d),
+             "parallel.tp_mode", "parallel.tp_depth")
     end
     local cut = par.tp_mode == "3d" and q * q or q
     if m.heads % q ~= 0 then
-      raise(loc("model.heads"), "model.heads", m.heads,
-            string.format("does not divide over the %s mesh's side q = %d (each rank holds whole heads)", par.tp_mode, q))
+      refuse("model.heads", m.heads,
+             string.format("does not divide over the %s mesh's side q = %d (each rank holds whole heads)", par.tp_mode, q),
+             "parallel.tp", "parallel.tp_mode", "parallel.tp_depth")
     end
     if m.hidden % cut ~= 0 then
-      raise(loc("model.hidden"), "model.hidden", m.hidden,
-            string.format("does not divide into the %s blocks of %d (the weights are cut in q%s blocks)", par.tp_mode,
-                          cut, par.tp_mode == "3d" and "^2" or ""))
+      refuse("model.hidden", m.hidden,
+             string.format("does not divide into the %s blocks of %d (the weights are cut in q%s blocks)", par.tp_mode,
+                           cut, par.tp_mode == "3d" and "^2" or ""), "parallel.tp", "parallel.tp_mode", "parallel.tp_depth")
     end
     local rows = par.tp_mode == "3d" and q * q or d * q
     if t.batch % rows ~= 0 then
-      raise(loc("train.batch"), "train.batch", t.batch,
-            string.format("does not divide over the %d row blocks of %s tensor parallelism (each rank keeps whole sequences)",
-                          rows, par.tp_mode))
+      refuse("train.batch", t.batch,
+             string.format("does not divide over the %d row blocks of %s tensor parallelism (each rank keeps whole sequences)",
+                           rows, par.tp_mode), "parallel.tp", "parallel.tp_mode", "parallel.tp_depth")
     end
     if par.pp > 1 or par.sp > 1 or par.seq_parallel or par.partition_activations or c.offload.policy == "chunks" then
-      raise(loc("parallel.tp_mode"), "parallel.tp_mode", par.tp_mode,
-            "trains with data parallelism and ZeRO only (no parallel.pp, parallel.sp, seq_parallel, partition_activations or chunk offload) in this version")
+      refuse("parallel.tp_mode", par.tp_mode,
+             "trains with data parallelism and ZeRO only (no parallel.pp, parallel.sp, seq_parallel, partition_activations or chunk offload) in this version",
+             "parallel.pp", "parallel.sp", "parallel.seq_parallel", "parallel.partition_activations", "offload.policy")
     end
   end
   if par.tp_mode == "1d" and m.heads % c.parallel.tp ~= 0 then
-    raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
-          string.format("does not divide model.heads = %d (each tensor rank holds whole heads)", m.heads))
+    refuse("parallel.tp", c.parallel.tp,
+           string.format("does not divide model.heads = %d (each tensor rank holds whole heads)", m.heads), "model.heads")
   end
   if par.tp_mode == "1d" and m.vocab ~= "auto" and m.vocab % c.parallel.tp ~= 0 then
-    raise(loc("parallel.tp"), "parallel.tp", c.parallel.tp,
-          string.format("does not divide model.vocab = %d (the vocabulary is split over the tensor ranks; pad it)", m.vocab))
+    refuse("parallel.tp", c.parallel.tp,
+           string.format("does not divide model.vocab = %d (the vocabulary is split over the tensor ranks; pad it)", m.vocab),
+           "model.vocab")
   end
   if c.parallel.sp > 1 and (t.seq or m.seq) % c.parallel.sp ~= 0 then
-    raise(loc("parallel.sp"), "parallel.sp", c.parallel.sp,
-          string.format("does not divide the %d tokens per sample (ring self-attention gives each rank T / sp)",
-                        t.seq or m.seq))
+    refuse("parallel.sp", c.parallel.sp,
+           string.format("does not divide the %d tokens per sample (ring self-attention gives each rank T / sp)",
+                         t.seq or m.seq), "train.seq", "model.seq")
   end
   if c.parallel.sp > 1 and (c.parallel.pp > 1 or c.parallel.seq_parallel or c.offload.policy == "chunks") then
-    raise(loc("parallel.sp"), "parallel.sp", c.parallel.sp,
-          "ring self-attention runs with data and tensor parallelism and ZeRO (parallel.pp = 1, no parallel.seq_parallel, no chunk offload) in this version")
+    refuse("parallel.sp", c.parallel.sp,
+           "ring self-attention runs with data and tensor parallelism and ZeRO (parallel.pp = 1, no parallel.seq_parallel, no chunk offload) in this version",
+           "parallel.pp", "parallel.seq_parallel", "offload.policy")
   end
   if c.parallel.seq_parallel and c.parallel.tp < 2 then
-    raise(loc("parallel.seq_parallel"), "parallel.seq_parallel", true, "needs parallel.tp > 1 (it splits tensor parallelism's whole regions)")
+    refuse("parallel.seq_parallel", true, "needs parallel.tp > 1 (it splits tensor parallelism's whole regions)", "parallel.tp")
   end
   if c.parallel.seq_parallel and (t.batch * (t.seq or m.seq)) % c.parallel.tp ~= 0 then
-    raise(loc("parallel.seq_parallel"), "parallel.seq_parallel", true,
-          string.format("train.batch x tokens per sample = %d do not divide over parallel.tp = %d", t.batch * (t.seq or m.seq), c.parallel.tp))
+    refuse("parallel.seq_parallel", true,
+           string.format("train.batch x tokens per sample = %d do not divide over parallel.tp = %d", t.batch * (t.seq or m.seq), c.parallel.tp),
+           "train.batch", "train.seq", "model.seq", "parallel.tp")
   end
   local p = c.parallel
   if p.interleave > 1 and p.schedule ~= "interleaved" then
-    raise(loc("parallel.interleave"), "parallel.interleave", p.interleave,
-          string.format('needs parallel.schedule = "interleaved" (not "%s")', p.schedule))
+    refuse("parallel.interleave", p.interleave,
+           string.format('needs parallel.schedule = "interleaved" (not "%s")', p.schedule), "parallel.schedule")
   end
   if p.schedule == "interleaved" and p.interleave < 2 then
-    raise(loc("parallel.schedule"), "parallel.schedule", p.schedule, "needs parallel.interleave >= 2 chunks per stage")
+    refuse("parallel.schedule", p.schedule, "needs parallel.interleave >= 2 chunks per stage", "parallel.interleave")
   end
   if m.layers % (p.pp * p.interleave) ~= 0 then
-    raise(loc(p.interleave > 1 and "parallel.interleave" or "parallel.pp"), p.interleave > 1 and "parallel.interleave" or "parallel.pp",
-          p.interleave > 1 and p.interleave or p.pp,
-          string.format("model.layers = %d do not divide into parallel.pp = %d stages x %d chunks", m.layers, p.pp, p.interleave))
+    local key = p.interleave > 1 and "parallel.interleave" or "parallel.pp"
+    refuse(key, p.interleave > 1 and p.interleave or p.pp,
+           string.format("model.layers = %d do not divide into parallel.pp = %d stages x %d chunks", m.layers, p.pp, p.interleave),
+           "model.layers", "parallel.pp", "parallel.interleave")
   end
   if p.partition_activations then
     local why = not m.recompute and "needs model.recompute = true (it splits the block inputs recompute keeps)"
                 or p.tp < 2 and "needs parallel.tp > 1 (it splits the kept block inputs over the tensor group)"
                 or p.seq_parallel and "has nothing to split with parallel.seq_parallel (the kept inputs are split already)"
-    if why then raise(loc("parallel.partition_activations"), "parallel.partition_activations", true, why) end
+    if why then
+      refuse("parallel.partition_activations", true, why, "model.recompute", "parallel.tp", "parallel.seq_parallel")
+    end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then
-    raise(loc("parallel.zero"), "parallel.zero", c.parallel.zero,
-          string.format("ZeRO 2 and 3 shard what pipeline stages need whole; use 0 or 1 with parallel.pp = %d", c.parallel.pp))
+    refuse("parallel.zero", c.parallel.zero,
+           string.format("ZeRO 2 and 3 shard what pipeline stages need whole; use 0 or 1 with parallel.pp = %d", c.parallel.pp),
+           "parallel.pp")
   end
   if t.seq and t.seq > m.seq then
-    raise(loc("train.seq"), "train.seq", t.seq, string.format("exceeds model.seq = %d, the model's positions", m.seq))
+    refuse("train.seq", t.seq, string.format("exceeds model.seq = %d, the model's positions", m.seq), "model.seq")
   end
   if o.min_lr > o.lr then
-    raise(loc("optim.min_lr"), "optim.min_lr", o.min_lr, string.format("exceeds optim.lr = %s", show(o.lr)))
+    refuse("optim.min_lr", o.min_lr, string.format("exceeds optim.lr = %s", show(o.lr)), "optim.lr")
   end
   if t.batch_start and t.batch_warmup == 0 and t.batch_warmup_tokens == 0 then
     raise(loc("train.batch_start"), "train.batch_start", t.batch_start,
@@ -494,17 +510,16 @@ local function check_relations(c, loc)
           or 'the chunk policy\'s schedule is fixed (offload.policy = "chunks"); batch warm-up needs another policy')
   end
   if o.warmup >= t.steps and o.warmup > 0 then
-    raise(loc("optim.warmup"), "optim.warmup", o.warmup,
-          string.format("must be below train.steps = %d", t.steps))
+    refuse("optim.warmup", o.warmup, string.format("must be below train.steps = %d", t.steps), "train.steps")
   end
   if t.eval_every > 0 and d.val_fraction == 0 and not d.val_path then
-    raise(loc("train.eval_every"), "train.eval_every", t.eval_every,
-          "needs validation data (data.val_fraction > 0 or data.val_path)")
+    refuse("train.eval_every", t.eval_every, "needs validation data (data.val_fraction > 0 or data.val_path)",
+           "data.val_fraction", "data.val_path")
   end
   local bytes = d.source == "markov" or d.source == "text"
   if m.vocab ~= "auto" and bytes and m.vocab < 256 then
-    raise(loc("model.vocab"), "model.vocab", m.vocab,
-          string.format('byte-level data (data.source = "%s") needs at least 256', d.source))
+    refuse("model.vocab", m.vocab, string.format('byte-level data (data.source = "%s") needs at least 256', d.source),
+           "data.source")
   end
 end
 
@@ -533,6 +548,39 @@ local function deep_copy(t)
   return r
 end
 
+-- A file the recipe reads (data, weights) named by a relative path is
+-- relative to the folder of the recipe file that wrote it, wherever strata
+-- runs from; one given on the command line is relative to the current
+-- folder, as a shell user expects. (Outputs, run_dir and the paths under it,
+-- stay relative to the current folder.) The joined path is tidied
+-- lexically: "recipes/../lib*/src/*.c" becomes "lib*/src/*.c".
+local function recipe_relative(dir, p)
+  if p:sub(1, 1) == "/" then return p end
+  local parts = {}
+  for part in (dir .. "/" .. p):gmatch("[^/]+") do
+    if part == ".." and #parts > 0 and parts[#parts] ~= ".." then
+      parts[#parts] = nil
+    elseif part ~= "." then
+      parts[#parts + 1] = part
+    end
+  end
+  local r = table.concat(parts, "/")
+  if dir:sub(1, 1) == "/" then return "/" .. r end
+  return r == "" and "." or r
+end
+M.recipe_relative = recipe_relative
+
+local function resolve_inputs(cfg, source, overridden, paths)
+  local dir = source and source:match("^(.*)/[^/]*$")
+  if not dir then return end -- a recipe in the current folder (or not from a file)
+  if dir == "" then dir = "/" end
+  for _, path in ipairs(paths) do
+    local sec, key = path:match("^(%w+)%.([%w_]+)$")
+    local v = cfg[sec][key]
+    if type(v) == "string" and not overridden[path] then cfg[sec][key] = recipe_relative(dir, v) end
+  end
+end
+
 -- Validates a recipe table (with overrides applied) and returns the full
 -- configuration with defaults. `where` = {source=, line=} of the call.
 function M.validate(recipe, where, overrides)
@@ -542,7 +590,7 @@ function M.validate(recipe, where, overrides)
   for _, o in ipairs(overrides or {}) do
     local parts = {}
     for p in o.path:gmatch("[^.]+") do parts[#parts + 1] = p end
-    overridden[o.path] = true
+    overridden[o.path] = o
     if #parts == 1 then
       cfg[parts[1]] = o.value
     elseif #parts == 2 then
@@ -570,6 +618,7 @@ function M.validate(recipe, where, overrides)
       if type(v) ~= "table" then raise(loc(k), k, v, "expected a table (section), got " .. type(v)) end
     elseif top[k] then
       out[k] = check_value(loc, k, v, top[k])
+      given[k] = true
     else
       raise(loc(k), k, v, unknown_why(k, known_top))
     end
@@ -596,7 +645,33 @@ function M.validate(recipe, where, overrides)
   for k, s in pairs(top) do
     if out[k] == nil and s.default ~= nil then out[k] = s.default end
   end
+  -- An error about `path` that a command-line setting of one of the other
+  -- keys the check reads brought about (train.steps=10 against the recipe's
+  -- optim.warmup = 50) names that setting as its place, and where the
+  -- recipe sets `path`; otherwise the place is where `path` is set (or, for
+  -- a default, the first of the others the recipe sets).
+  local function refuse(path, value, why, ...)
+    local others = {...}
+    if not overridden[path] then
+      for _, other in ipairs(others) do
+        local o = overridden[other]
+        if o then
+          error({message = string.format("command line: %s=%s: %s = %s (%s): %s", other, o.text, path, show(value),
+                                         out_given[path] and "set at " .. loc(path) or value == nil and "not set" or "its default", why),
+                 status = 2, same_on_all_ranks = true}, 0)
+        end
+      end
+    end
+    local at = path
+    if not out_given[path] then
+      for _, other in ipairs(others) do
+        if out_given[other] then at = other break end
+      end
+    end
+    raise(loc(at), path, value, why)
+  end
   if out.name:find("[/%c]") then raise(loc("name"), "name", out.name, "must not contain '/' or control characters") end
+  resolve_inputs(out, where.source, overridden, {"model.init"})
   if out.model.init then -- the sizes are the file's: the recipe's give way, the command line's must agree
     local c, err = M.model_config(out.model.init)
     if not c then raise(loc("model.init"), "model.init", out.model.init, err) end
@@ -611,18 +686,69 @@ function M.validate(recipe, where, overrides)
   local mbs = out.parallel.microbatches -- the pipeline's name for train.accum
   if mbs then
     if out_given["train.accum"] and out.train.accum ~= mbs then
-      raise(loc("parallel.microbatches"), "parallel.microbatches", mbs,
-            string.format("disagrees with train.accum = %d (both are the microbatches per step)", out.train.accum))
+      refuse("parallel.microbatches", mbs,
+             string.format("disagrees with train.accum = %d (both are the microbatches per step)", out.train.accum),
+             "train.accum")
     end
     out.train.accum = mbs
   end
-  check_relations(out, loc)
+  check_relations(out, refuse)
   check_unread(out, loc, out_given)
+  resolve_inputs(out, where.source, overridden, {"data.path", "data.val_path"})
   out.run_dir = out.run_dir or ("runs/" .. out.name)
   out.checkpoint.path = out.checkpoint.path or (out.run_dir .. "/checkpoint.h5")
   out.metrics.path = out.metrics.path or (out.run_dir .. "/metrics.h5")
   if out.metrics.plot == nil then out.metrics.plot = out.run_dir .. "/loss.png" end
   out._locate = loc
+  out._refuse = refuse
   out._given = out_given -- the dotted paths the recipe or the command line set
   return out
+end
+
+-- ------------------------------------------------------------ settings
+
+-- What a run records of its settings (the attribute "settings" of its
+-- checkpoints and metrics file): a "path=value" line per key of the
+-- completed configuration, sorted, less where the outputs go and how the
+-- run starts (run_dir, the checkpoint, metrics and plot files,
+-- train.resume, overwrite); `extra` adds derived lines (the data's sample
+-- counts). A resume compares the checkpoint's with its own.
+local unrecorded = {run_dir = true, overwrite = true, ["train.resume"] = true, ["checkpoint.path"] = true,
+                    ["metrics.path"] = true, ["metrics.plot"] = true}
+
+function M.settings_text(cfg, extra)
+  local lines = {}
+  local function add(path, v)
+    if v ~= nil and not unrecorded[path] then lines[#lines + 1] = path .. "=" .. show(v):gsub("\n", "\\n") end
+  end
+  for k in pairs(top) do add(k, cfg[k]) end
+  for name, spec in pairs(sections) do
+    for k in pairs(spec) do add(name .. "." .. k, cfg[name][k]) end
+  end
+  for k, v in pairs(extra or {}) do add(k, v) end
+  table.sort(lines)
+  return table.concat(lines, "\n")
+end
+
+-- The settings that differ between two settings texts, "path old -> new"
+-- each, sorted by path ("unset" for a key one of them lacks).
+function M.settings_changes(old, new)
+  local function parse(text)
+    local t = {}
+    for line in text:gmatch("[^\n]+") do
+      local k, v = line:match("^([^=]+)=(.*)$")
+      if k then t[k] = v end
+    end
+    return t
+  end
+  local a, b = parse(old), parse(new)
+  local keys = {}
+  for k in pairs(a) do keys[#keys + 1] = k end
+  for k in pairs(b) do if a[k] == nil then keys[#keys + 1] = k end end
+  table.sort(keys)
+  local changes = {}
+  for _, k in ipairs(keys) do
+    if a[k] ~= b[k] then changes[#changes + 1] = string.format("%s %s -> %s", k, a[k] or "unset", b[k] or "unset") end
+  end
+  return changes
 end

@@ -13,6 +13,9 @@ WARN       := -Wall -Wextra -Werror -Wno-unused-parameter
 CFLAGS_ALL := $(CSTD) $(OPT) -g $(ARCH) $(WARN) -fPIC -fvisibility=hidden -fopenmp \
               -Iinclude $(EXTRA_CFLAGS)
 LDFLAGS_ALL := -fopenmp $(EXTRA_LDFLAGS)
+# The OpenMP runtime that -fopenmp links (GCC's), for the static archives'
+# pkg-config files: a consumer links it without compiling with -fopenmp.
+OPENMP_LIBS ?= -lgomp
 ifneq ($(SANITIZE),)
   CFLAGS_ALL  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
   LDFLAGS_ALL += -fsanitize=$(SANITIZE)

@@ -7,10 +7,14 @@
 #   X_CFLAGS    := extra compile flags (e.g. $(MPI_CFLAGS))
 #   X_LIBS      := external link flags (e.g. $(MPI_LIBS))
 #   X_PC_REQUIRES := pkg-config modules its public header needs (e.g. ompi-c)
+#   X_PC_REQUIRES_PRIVATE := pkg-config modules only its code links (e.g. openblas)
+#   X_OPENMP    := 1 when its code uses OpenMP (static consumers then link
+#                  $(OPENMP_LIBS), the runtime -fopenmp brings)
 #   $(eval $(call strata_library,X))
 # It compiles libX/src/*.c and libX/src/*/*.c (one folder per part; CUDA
 # sources in a cuda/ folder beside them, when CUDA is on) into
-# $(BUILD)/lib/libstrata_X.a and .so. A library sees only include/ (the shared
+# $(BUILD)/lib/libstrata_X.a and .so (which finds the strata libraries it
+# needs beside itself: rpath $ORIGIN, wherever they are installed). A library sees only include/ (the shared
 # status header), its own include/ and src/, and its declared deps' include/.
 
 LIBS         :=
@@ -53,8 +57,8 @@ $$(BUILD)/lib/libstrata_$(1).a: $$($(1)_OBJS)
 	ar rcs $$@ $$^
 $$(BUILD)/lib/libstrata_$(1).so: $$($(1)_OBJS) $$(foreach d,$$($(1)_DEPS),$$(BUILD)/lib/libstrata_$$(d).so)
 	@mkdir -p $$(@D)
-	$$(CC) -shared -Wl,-soname,libstrata_$(1).so -o $$@ $$($(1)_OBJS) \
-	  -L$$(BUILD)/lib $$(foreach d,$$($(1)_DEPS),-lstrata_$$(d)) $$($(1)_LINK) $$(LDFLAGS_ALL)
+	$$(CC) -shared -Wl,-soname,libstrata_$(1).so -Wl,-rpath,'$$$$ORIGIN' -o $$@ $$($(1)_OBJS) \
+	  -L$$(BUILD)/lib $$(foreach d,$$($(1)_DEPS),-lstrata_$$(d)) $$($(1)_LINK) -lm $$(LDFLAGS_ALL)
 ALL_TARGETS += $$(BUILD)/lib/libstrata_$(1).a $$(BUILD)/lib/libstrata_$(1).so
 INSTALL_TARGETS += install-$(1)
 install-$(1): $$(BUILD)/lib/libstrata_$(1).a $$(BUILD)/lib/libstrata_$(1).so
@@ -63,8 +67,9 @@ install-$(1): $$(BUILD)/lib/libstrata_$(1).a $$(BUILD)/lib/libstrata_$(1).so
 	install -m 755 $$(BUILD)/lib/libstrata_$(1).so $$(DESTDIR)$$(PREFIX)/lib/
 	install -m 644 $$($(1)_DIR)/include/strata/*.h include/strata/*.h $$(DESTDIR)$$(PREFIX)/include/strata/
 	scripts/write-pc.sh "$$(PREFIX)" strata-$(1) libstrata_$(1) "$$(VERSION)" \
-	  "$$($(1)_PC_REQUIRES) $$(foreach d,$$($(1)_DEPS),strata-$$(d))" \
-	  "$$(strip $$($(1)_LIBS) $$(if $$(filter 1,$$(HAVE_CUDA)),$$(CUDA_LIBS)))" \
+	  "$$(strip $$($(1)_PC_REQUIRES) $$(foreach d,$$($(1)_DEPS),strata-$$(d)))" \
+	  "$$(strip $$($(1)_PC_REQUIRES_PRIVATE))" \
+	  "$$(strip $$($(1)_LIBS) $$(if $$(filter 1,$$($(1)_OPENMP)),$$(OPENMP_LIBS)) $$(if $$(filter 1,$$(HAVE_CUDA)),$$(CUDA_LIBS)))" \
 	  >$$(DESTDIR)$$(PREFIX)/lib/pkgconfig/strata-$(1).pc
 .PHONY: install-$(1)
 -include $$($(1)_OBJS:.o=.d)

@@ -28,6 +28,7 @@ for pp = 1, size do
         local run = strata.experiment{
           name = name,
           run_dir = out .. "/" .. name,
+          overwrite = true, -- a measurement: each run of this recipe starts its runs again
           model = model,
           parallel = {tp = tp, pp = pp, zero = zero},
           optim = {warmup = steps // 8},

@@ -3,6 +3,8 @@
 -- uint16 tokens), e.g. from llm.c's dev/data/fineweb.py. Give the shards:
 --   strata run -n 2 recipes/llmc.lua data.path='fineweb10B/fineweb_train_*.bin' \
 --       data.val_path='fineweb10B/fineweb_val_*.bin'
+-- (paths on the command line are relative to the current directory; the
+-- defaults below, like every relative path in a recipe, to this file's folder)
 -- model.vocab 50257 is GPT-2's; the run refuses data with larger token ids.
 local strata = require "strata"
 

@@ -16,6 +16,7 @@ for zero = 0, 3 do
   local run = strata.experiment{
     name = "zero" .. zero,
     run_dir = out .. "/zero" .. zero,
+    overwrite = true, -- a measurement: each run of this recipe starts its runs again
     model = model,
     parallel = {zero = zero},
     optim = {warmup = steps // 8},

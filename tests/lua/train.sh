@@ -108,7 +108,7 @@ tiny=(model.layers=1 model.hidden=32 model.heads=2 model.seq=32 model.vocab=1000
       data.path="$work/shards/train_*.bin" data.val_path="$work/shards/val_*.bin" run_dir="$work/l")
 "$S" run recipes/llmc.lua "${tiny[@]}" >"$work/l.log" 2>&1 || fail "llmc recipe: $(tail -3 "$work/l.log")"
 grep -q "validation loss" "$work/l.log" || fail "llmc recipe did not evaluate"
-"$S" run recipes/llmc.lua "${tiny[@]}" model.vocab=500 >"$work/l2.log" 2>"$work/l2.err"; rc=$?
+"$S" run recipes/llmc.lua "${tiny[@]}" model.vocab=500 run_dir="$work/l2" >"$work/l2.log" 2>"$work/l2.err"; rc=$?
 [ $rc = 2 ] && grep -q "model.vocab = 500: the data holds token 999 (vocabulary 1000)" "$work/l2.err" \
   || fail "small vocabulary: exit $rc, $(cat "$work/l2.err")"
 

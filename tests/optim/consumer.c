@@ -3,7 +3,8 @@
  * the two-phase API (here one process, so the "reduction" is the identity),
  * global-norm clipping and a dynamic loss scaler, with a bf16 copy of the
  * parameters written in the update. Exits 0 when the loss fell 100-fold.
- * README.md shows this file; tests/optim/consumer.sh builds it with a plain
+ * README.md shows a shorter program that the installed package builds;
+ * tests/optim/consumer.sh builds this one with a plain
  * `cc ... libstrata_optim.a -fopenmp -lm` to prove liboptim links alone. */
 #include <math.h>
 #include <stdint.h>

@@ -164,6 +164,10 @@ STRATA_API const char *par_metrics_error(const par_metrics_t *m);
 STRATA_API int par_metrics_append(par_metrics_t *m, const double *values, int rows);
 /* Sets a string attribute on the root group (replacing one of that name). */
 STRATA_API int par_metrics_set_attr(par_metrics_t *m, const char *name, const char *value);
+/* Sets the unit of metric `name` (a string attribute "unit" on its dataset,
+ * e.g. "nats/token", "bytes", "tokens/s"; replaced if set). `strata plot`
+ * draws the metrics of one unit in one panel. ENOTFOUND for an unknown name. */
+STRATA_API int par_metrics_set_unit(par_metrics_t *m, const char *name, const char *unit);
 
 /* Reads a whole metric of an existing metrics file into *values (malloc'd,
  * caller frees) and its length into *n. ENOTFOUND for an unknown name. */
@@ -172,6 +176,11 @@ STRATA_API int par_metrics_read(const char *path, const char *name, double **val
 /* Reads string attribute `name` of a metrics file into *value (malloc'd,
  * caller frees). ENOTFOUND when absent. */
 STRATA_API int par_metrics_read_attr(const char *path, const char *name, char **value, char *err,
+                                     size_t errlen);
+/* Reads the unit of metric `name` into *unit (malloc'd, caller frees).
+ * ENOTFOUND when the metric is absent or has no unit (files written before
+ * units were recorded). */
+STRATA_API int par_metrics_read_unit(const char *path, const char *name, char **unit, char *err,
                                      size_t errlen);
 /* Lists the metric names of a file: *names is a malloc'd array of malloc'd
  * strings (caller frees each and the array). */

@@ -16,6 +16,10 @@
 static const char *const metric_names[NMETRICS] = {"step",     "loss",       "val_loss",   "lr",
                                                    "grad_norm", "tokens_per_s", "mem_peak", "comm_bytes",
                                                    "loss_scale", "global_batch"};
+/* Their units (the datasets' "unit" attribute; a plot draws one panel per unit). */
+static const char *const metric_units[NMETRICS] = {"step",          "nats/token", "nats/token", "learning rate",
+                                                   "gradient norm", "tokens/s",   "bytes",      "bytes",
+                                                   "loss scale",    "sequences"};
 
 /* Metrics rows are written at most about once a second (and before every
  * checkpoint, evaluation and the end): opening the HDF5 file for each row
@@ -74,6 +78,8 @@ static int open_metrics(loop_t *lp, long start) {
   rc = par_metrics_create(path, lp->names, lp->ncols, &lp->metrics, err, sizeof err);
   if (rc != STRATA_OK) return engine_fail(e, 0, rc, "%s", err);
 attrs:
+  for (int i = 0; i < NMETRICS; i++) par_metrics_set_unit(lp->metrics, metric_names[i], metric_units[i]);
+  for (int i = NMETRICS; i < lp->ncols; i++) par_metrics_set_unit(lp->metrics, lp->names[i], "trust ratio");
   for (int i = 0; i < lp->o->nattrs; i++)
     par_metrics_set_attr(lp->metrics, lp->o->attrs[i].name, lp->o->attrs[i].value);
   par_metrics_set_attr(lp->metrics, "model", e->model_desc);

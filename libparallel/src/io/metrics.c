@@ -320,6 +320,68 @@ int par_metrics_set_attr(par_metrics_t *m, const char *name, const char *value) 
   return rc;
 }
 
+int par_metrics_set_unit(par_metrics_t *m, const char *name, const char *unit) {
+  char h5[256], why[400];
+  hid_t f = -1, ds = -1;
+  int rc = STRATA_OK;
+  if (!m) return STRATA_EINVAL;
+  H5_QUIET();
+  if (!valid_name(name) || !unit || !*unit) {
+    snprintf(m->err, sizeof m->err, "metrics set_unit: bad metric name or unit");
+    return STRATA_EINVAL;
+  }
+  if ((rc = io_room(m->path, HEADROOM + 2 * (uint64_t)strlen(unit), why, sizeof why)) != STRATA_OK) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': unit of '%s': %s", m->path, name, why);
+    return rc;
+  }
+  if ((f = open_file(m->path, H5F_ACC_RDWR)) < 0) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': %s", m->path, h5_last_error(h5, sizeof h5));
+    return STRATA_EHDF5;
+  }
+  if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': no metric named '%s'", m->path, name);
+    rc = STRATA_ENOTFOUND;
+  } else if ((ds = H5Dopen2(f, name, H5P_DEFAULT)) < 0 || h5_set_str_attr(ds, "unit", unit) < 0) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': unit of '%s': %s", m->path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_EHDF5;
+  }
+  if (ds >= 0) H5Dclose(ds);
+  if (H5Fclose(f) < 0 && rc == STRATA_OK) {
+    snprintf(m->err, sizeof m->err, "metrics '%s': close: %s", m->path, h5_last_error(h5, sizeof h5));
+    rc = STRATA_EHDF5;
+  }
+  return rc;
+}
+
+int par_metrics_read_unit(const char *path, const char *name, char **unit, char *err, size_t errlen) {
+  char msg[512] = "", h5[256];
+  hid_t f = -1, ds = -1;
+  int rc;
+  H5_QUIET();
+  if (!path || !name || !unit) return STRATA_EINVAL;
+  *unit = NULL;
+  if ((rc = open_existing(path, H5F_ACC_RDONLY, &f, msg, sizeof msg)) != STRATA_OK) goto done;
+  if (H5Lexists(f, name, H5P_DEFAULT) <= 0) {
+    snprintf(msg, sizeof msg, "metrics '%s': no metric named '%s'", path, name);
+    rc = STRATA_ENOTFOUND;
+  } else if ((ds = H5Dopen2(f, name, H5P_DEFAULT)) < 0) {
+    snprintf(msg, sizeof msg, "metrics '%s': '%s': %s", path, name, h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  } else if (H5Aexists(ds, "unit") <= 0) {
+    snprintf(msg, sizeof msg, "metrics '%s': '%s' has no unit", path, name);
+    rc = STRATA_ENOTFOUND;
+  } else if (!(*unit = h5_get_str_attr(ds, "unit"))) {
+    snprintf(msg, sizeof msg, "metrics '%s': the unit of '%s' is not a string (%s)", path, name,
+             h5_last_error(h5, sizeof h5));
+    rc = STRATA_ECORRUPT;
+  }
+done:
+  if (ds >= 0) H5Dclose(ds);
+  if (f >= 0) H5Fclose(f);
+  if (rc != STRATA_OK && err && errlen) snprintf(err, errlen, "%s", msg);
+  return rc;
+}
 
 int par_metrics_read(const char *path, const char *name, double **values, size_t *n, char *err,
                      size_t errlen) {
