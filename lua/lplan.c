@@ -278,10 +278,11 @@ static void parse_cluster(lua_State *L, const char *fn, int t, par_cluster_t *c)
       if (lua_type(L, -1) != LUA_TSTRING) plan_error(L, "%s: cluster.name = %s: expected a string", fn, shown(L, -1));
       snprintf(c->name, sizeof c->name, "%s", lua_tostring(L, -1));
     } else if (lua_type(L, -1) == LUA_TTABLE) { /* peak_flops = {fp32 = ...}, as in recipes/clusters */
-      if (strcmp(k, "peak_flops") != 0) plan_error(L, "%s: cluster.%s: only peak_flops is a table", fn, k);
+      if (strcmp(k, "peak_flops") != 0 && strcmp(k, "gemm_efficiency") != 0)
+        plan_error(L, "%s: cluster.%s: only peak_flops and gemm_efficiency are tables (by precision)", fn, k);
       lua_pushnil(L);
       while (lua_next(L, -2)) {
-        if (lua_type(L, -2) != LUA_TSTRING) plan_error(L, "%s: cluster.peak_flops: a key %s is not a precision", fn, shown(L, -2));
+        if (lua_type(L, -2) != LUA_TSTRING) plan_error(L, "%s: cluster.%s: a key %s is not a precision", fn, k, shown(L, -2));
         const char *full = lua_pushfstring(L, "%s.%s", k, lua_tostring(L, -2));
         set_cluster_key(L, fn, c, full, -2);
         lua_pop(L, 2);

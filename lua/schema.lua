@@ -486,28 +486,29 @@ local function check_relations(c, refuse)
     refuse("optim.min_lr", o.min_lr, string.format("exceeds optim.lr = %s", show(o.lr)), "optim.lr")
   end
   if t.batch_start and t.batch_warmup == 0 and t.batch_warmup_tokens == 0 then
-    raise(loc("train.batch_start"), "train.batch_start", t.batch_start,
+    refuse("train.batch_start", t.batch_start,
           "needs train.batch_warmup (steps) or train.batch_warmup_tokens over which the batch grows")
   end
   if not t.batch_start and (t.batch_warmup > 0 or t.batch_warmup_tokens > 0) then
     local k = t.batch_warmup > 0 and "batch_warmup" or "batch_warmup_tokens"
-    raise(loc("train." .. k), "train." .. k, t[k], "needs train.batch_start, the global batch of the first step")
+    refuse("train." .. k, t[k], "needs train.batch_start, the global batch of the first step")
   end
   if t.batch_warmup > 0 and t.batch_warmup_tokens > 0 then
-    raise(loc("train.batch_warmup_tokens"), "train.batch_warmup_tokens", t.batch_warmup_tokens,
+    refuse("train.batch_warmup_tokens", t.batch_warmup_tokens,
           string.format("a second warm-up length: give train.batch_warmup = %d steps or tokens, not both", t.batch_warmup))
   end
   if t.batch_warmup >= t.steps and t.batch_warmup > 0 then
-    raise(loc("train.batch_warmup"), "train.batch_warmup", t.batch_warmup,
-          string.format("must be below train.steps = %d", t.steps))
+    refuse("train.batch_warmup", t.batch_warmup,
+          string.format("must be below train.steps = %d", t.steps), "train.steps")
   end
   if t.batch_increment and not t.batch_start then
-    raise(loc("train.batch_increment"), "train.batch_increment", t.batch_increment, "needs train.batch_start (a batch warm-up)")
+    refuse("train.batch_increment", t.batch_increment, "needs train.batch_start (a batch warm-up)")
   end
   if t.batch_start and (c.parallel.pp > 1 or c.offload.policy == "chunks") then
-    raise(loc("train.batch_start"), "train.batch_start", t.batch_start,
+    refuse("train.batch_start", t.batch_start,
           c.parallel.pp > 1 and string.format("a pipeline's microbatches per step are fixed (parallel.pp = %d); batch warm-up needs parallel.pp = 1", c.parallel.pp)
-          or 'the chunk policy\'s schedule is fixed (offload.policy = "chunks"); batch warm-up needs another policy')
+          or 'the chunk policy\'s schedule is fixed (offload.policy = "chunks"); batch warm-up needs another policy',
+          "parallel.pp", "offload.policy")
   end
   if o.warmup >= t.steps and o.warmup > 0 then
     refuse("optim.warmup", o.warmup, string.format("must be below train.steps = %d", t.steps), "train.steps")

@@ -201,10 +201,14 @@ echo "in-flight write failure: ended in $t s"
 
 # A full disk under the metrics file (rank 0 alone writes it): every rank
 # ends at the next step with rank 0's message, exit 1 (not a crash in
-# HDF5's close at exit), the rows written so far kept and readable.
+# HDF5's close at exit), the rows written so far kept and readable. (The
+# rows reach the file at each checkpoint, 1000 at a time: a 900 kB disk
+# takes the first append, about 360 kB written and 600 kB held ahead, and
+# refuses the second, which holds 256 kB + 4 x its 80 kB of rows beyond
+# the file's end.)
 d=$work/metrics
 mkdir -p "$d/m"
-env LD_PRELOAD="$FULLFS" FULLFS_DIR="$d/m" FULLFS_BYTES=600000 \
+env LD_PRELOAD="$FULLFS" FULLFS_DIR="$d/m" FULLFS_BYTES=900000 \
   "$S" run -n 2 $R "${tiny[@]}" train.steps=20000 checkpoint.every=1000 metrics.path="$d/m/metrics.h5" \
   run_dir="$d" >"$d.out" 2>"$d.err"
 rc=$?

@@ -71,7 +71,7 @@ static const range_t cluster_ranges[] = {
     POS("gpu_mem_bytes"), POS("gpu_mem_bw"), POS("peak_flops.fp32"), NONNEG("peak_flops.bf16"),
     NONNEG("peak_flops.fp16"), POS("intra_bw"), NONNEG("intra_lat"), POS("inter_bw"), NONNEG("inter_lat"),
     POS("host_bw"), POS("cpu_mem_bytes"), POS("cpu_mem_bw"), POS("cpu_flops"), NONNEG("nvme_bytes"),
-    NONNEG("nvme_bw"),
+    NONNEG("nvme_bw"), UNIT("gemm_efficiency.fp32"), UNIT("gemm_efficiency.bf16"), UNIT("gemm_efficiency.fp16"),
 };
 static const range_t param_ranges[] = {
     FRAC("gemm_efficiency"), FRAC("link_efficiency"), FRAC("hbm_efficiency"), FRAC("host_efficiency"),
@@ -80,7 +80,9 @@ static const range_t param_ranges[] = {
     NONNEG("bwd_scratch_token_elems"), NONNEG("bwd_scratch_token_elems_replicated"), NONNEG("mask_bytes"),
     NONNEG("act_elem_bytes"), POS("bwd_factor"), UNIT("dp_overlap"), UNIT("zero3_overlap"),
     UNIT("offload_overlap"), NONNEG("cpu_adam_bytes"), NONNEG("cpu_adam_flops"), NONNEG("gpu_optim_bytes"),
-    NONNEG("dp_bucket_bytes"), NONNEG("zero3_prefetch_layers"), {"shard_align", 0, 1 << 30, 0, 0, 1},
+    NONNEG("dp_bucket_bytes"), NONNEG("zero3_prefetch_layers"), NONNEG("zero3_prefetch_elems"),
+    NONNEG("zero3_max_live_elems"), NONNEG("zero3_reuse_elems"), NONNEG("zero3_persist_elems"),
+    UNIT("embed_output_kept"), UNIT("ckpt_cpu_overlap"), {"shard_align", 0, 1 << 30, 0, 0, 1},
     NONNEG("device_reserved_bytes"), NONNEG("cpu_reserved_bytes"), POS("token_budget"),
     UNIT("keep_stage_outputs"), UNIT("pp_dp_overlap"), UNIT("pp_scatter_gather"),
 };
