@@ -75,6 +75,36 @@ static inline size_t local_count(par_gpt_t *m) {
   return v->offset + v->numel;
 }
 
+/* Memory per rank of engine e (model mc, layout lay, on this machine's
+ * ranks) against the planner with strata's engine parameters: the model
+ * states exactly (each rank's part of every region, padded to the
+ * data-parallel shards), the activations within 10%. `what` names the
+ * layout in the messages. */
+static inline void memory_vs_planner(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_t *lay,
+                                     const char *what) {
+  par_engine_info_t in;
+  par_engine_info(e, &in);
+  par_cluster_t cl;
+  par_cluster_preset("this-machine", &cl, NULL, 0);
+  cl.nodes = 1, cl.gpus_per_node = ranks;
+  par_plan_params_t pp;
+  par_plan_params_engine(&pp);
+  par_plan_t pl;
+  CHECK(par_plan_estimate(mc, lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+  CHECK((double)in.state_bytes[0] == pl.mem[PAR_MEM_PARAMS] && (double)in.state_bytes[1] == pl.mem[PAR_MEM_GRADS] &&
+            (double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM],
+        "%s: model states %zu + %zu + %zu bytes, planner %.0f + %.0f + %.0f", what, in.state_bytes[0],
+        in.state_bytes[1], in.state_bytes[2], pl.mem[PAR_MEM_PARAMS], pl.mem[PAR_MEM_GRADS], pl.mem[PAR_MEM_OPTIM]);
+  size_t cur = 0, peak = 0;
+  par_engine_memory(e, &cur, &peak);
+  double act = (double)peak - (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]) - (double)in.buffer_peak;
+  CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "%s: activations %.0f bytes, planner %.0f", what, act,
+        pl.mem[PAR_MEM_ACTIV]);
+  if (rank == 0)
+    printf("%s: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner %+.1f%%)\n", what,
+           in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act, 100 * (pl.mem[PAR_MEM_ACTIV] / act - 1));
+}
+
 /* MPI started, the test's name set, and a new temporary folder shared by
  * the ranks in dir (n bytes), named after the test. */
 static inline void harness_start(int *argc, char ***argv, const char *name, char *dir, size_t n) {

@@ -47,37 +47,14 @@ static par_engine_t *engine(MPI_Comm comm, int tp, int dp, int zero, int B, cons
 
 static par_data_t *data(void) { return markov_data(mc.seq); }
 
-/* Memory per rank against the planner (strata's engine parameters): the
- * model states exactly (each rank's tensor slice of every region, padded to
- * the data-parallel shards), the activations within 10%. */
+/* Memory per rank against the planner (memory_vs_planner). */
 static void memory(par_engine_t *e, int tp, int dp, int zero, int B) {
-  par_engine_info_t in;
-  par_engine_info(e, &in);
-  par_cluster_t cl;
-  par_cluster_preset("this-machine", &cl, NULL, 0);
-  cl.nodes = 1, cl.gpus_per_node = ranks;
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.tp = tp, lay.dp = dp, lay.zero_stage = zero, lay.microbatch = B, lay.global_batch = B * dp;
   lay.seq_parallel = seqpar;
-  par_plan_params_t pp;
-  par_plan_params_engine(&pp);
-  par_plan_t pl;
-  CHECK(par_plan_estimate(&mc, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
-  CHECK((double)in.state_bytes[0] == pl.mem[PAR_MEM_PARAMS] && (double)in.state_bytes[1] == pl.mem[PAR_MEM_GRADS] &&
-            (double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM],
-        "tp %d x dp %d zero %d: model states %zu + %zu + %zu bytes, planner %.0f + %.0f + %.0f", tp, dp, zero,
-        in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], pl.mem[PAR_MEM_PARAMS], pl.mem[PAR_MEM_GRADS],
-        pl.mem[PAR_MEM_OPTIM]);
-  size_t cur = 0, peak = 0;
-  par_engine_memory(e, &cur, &peak);
-  double act = (double)peak - (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]) - (double)in.buffer_peak;
-  CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "tp %d x dp %d zero %d: activations %.0f bytes, planner %.0f",
-        tp, dp, zero, act, pl.mem[PAR_MEM_ACTIV]);
-  if (rank == 0)
-    printf("tp %d%s x dp %d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner "
-           "%+.1f%%)\n",
-           tp, seqpar ? " seq-parallel" : "", dp, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act,
-           100 * (pl.mem[PAR_MEM_ACTIV] / act - 1));
+  char what[64];
+  snprintf(what, sizeof what, "tp %d%s x dp %d zero %d", tp, seqpar ? " seq-parallel" : "", dp, zero);
+  memory_vs_planner(e, &mc, &lay, what);
 }
 
 static void equiv(int tp, int zero, const char *opt) {

@@ -69,37 +69,14 @@ static double step_bytes(par_tp_mode_t mode, int tp, int depth, int B) {
   return mc.layers * par_plan_tp_layer_sent(mode, tp, depth, R, mc.hidden, 4) + rows * mc.vocab * ar_q + vec + lnf;
 }
 
-/* Memory per rank against the planner (strata's engine parameters): the
- * model states exactly (each rank's blocks of every region, padded to the
- * data-parallel shards), the activations within 10%. */
+/* Memory per rank against the planner (memory_vs_planner). */
 static void memory(par_engine_t *e, par_tp_mode_t mode, int tp, int depth, int dp, int zero, int B) {
-  par_engine_info_t in;
-  par_engine_info(e, &in);
-  par_cluster_t cl;
-  par_cluster_preset("this-machine", &cl, NULL, 0);
-  cl.nodes = 1, cl.gpus_per_node = ranks;
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.tp = tp, lay.tp_mode = mode, lay.tp_depth = depth, lay.dp = dp, lay.zero_stage = zero;
   lay.microbatch = B, lay.global_batch = B * dp;
-  par_plan_params_t pp;
-  par_plan_params_engine(&pp);
-  par_plan_t pl;
-  CHECK(par_plan_estimate(&mc, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
-  CHECK((double)in.state_bytes[0] == pl.mem[PAR_MEM_PARAMS] && (double)in.state_bytes[1] == pl.mem[PAR_MEM_GRADS] &&
-            (double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM],
-        "%s tp %d x dp %d zero %d: model states %zu + %zu + %zu bytes, planner %.0f + %.0f + %.0f", mode_name(mode), tp,
-        dp, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], pl.mem[PAR_MEM_PARAMS], pl.mem[PAR_MEM_GRADS],
-        pl.mem[PAR_MEM_OPTIM]);
-  size_t cur = 0, peak = 0;
-  par_engine_memory(e, &cur, &peak);
-  double act = (double)peak - (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]) - (double)in.buffer_peak;
-  CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "%s tp %d x dp %d zero %d: activations %.0f bytes, planner %.0f",
-        mode_name(mode), tp, dp, zero, act, pl.mem[PAR_MEM_ACTIV]);
-  if (rank == 0)
-    printf("%-4s tp %d x dp %d zero %d: model states %zu + %zu + %zu bytes (planner equal), activations %.0f (planner "
-           "%+.1f%%)\n",
-           mode_name(mode), tp, dp, zero, in.state_bytes[0], in.state_bytes[1], in.state_bytes[2], act,
-           100 * (pl.mem[PAR_MEM_ACTIV] / act - 1));
+  char what[64];
+  snprintf(what, sizeof what, "%s tp %d x dp %d zero %d", mode_name(mode), tp, dp, zero);
+  memory_vs_planner(e, &mc, &lay, what);
 }
 
 static void equiv(par_tp_mode_t mode, int tp, int depth, int zero, const char *opt) {

@@ -224,12 +224,6 @@ int gpt_md_head_backward(par_gpt_t *m, const tensor_t *x) {
 
 int par_gpt_tp_sent(const par_gpt_t *m, uint64_t *sent) {
   if (!m || !m->md || !sent) return STRATA_EINVAL;
-  uint64_t s = 0;
-  for (int k = 0; k < m->md->ngroups; k++)
-    for (int kind = 0; kind < COMM_NKINDS; kind++) {
-      comm_counter_t n;
-      if (comm_counters(m->md->groups[k], (comm_kind_t)kind, &n) == STRATA_OK) s += n.bytes_sent;
-    }
-  *sent = s;
+  tpl_traffic(m->md, sent, NULL);
   return STRATA_OK;
 }

@@ -100,6 +100,8 @@ int tpl_ln_forward(tpl_mesh_t *M, tensor_t *out, tensor_t *mean, tensor_t *rstd,
                    const tensor_t *b);
 int tpl_ln_backward(tpl_mesh_t *M, tensor_t *din, float *dgw, float *dgb, const tensor_t *dout, const tensor_t *in,
                     const tensor_t *mean, const tensor_t *rstd, const tensor_t *w);
+/* Bytes sent and received on every group of the mesh (libcomm's counters). */
+void tpl_traffic(const tpl_mesh_t *M, uint64_t *sent, uint64_t *recv);
 /* buf summed over g (nothing when g is NULL or alone). */
 int tpl_allreduce(tpl_mesh_t *M, comm_t *g, float *buf, int64_t n);
 int tpl_fail(tpl_mesh_t *M, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

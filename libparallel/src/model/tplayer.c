@@ -663,43 +663,57 @@ static int check_index(par_tplayer_t *L, int i, const void *whole) {
   return STRATA_OK;
 }
 
-int par_tplayer_get(par_tplayer_t *L, int i, int grad, float *whole) {
+/* Parameter i's part at `part` into its place in the whole (N x K, or N),
+ * or (to_whole 0) out of it; *n the whole's elements. */
+static int part_whole(par_tplayer_t *L, int i, float *part, float *whole, int to_whole, int64_t *n) {
   int rc = check_index(L, i, whole);
   if (rc) return rc;
   const tpl_geom_t *g = &L->M->g[i];
   int64_t N, K;
   whole_shape(L->cfg.hidden, i, &N, &K);
   int64_t Kw = K ? K : 1, kn = K ? g->kn : 1, rows = g->parts * g->nn;
-  memset(whole, 0, sizeof(float) * (size_t)(N * Kw));
-  const float *src = (grad ? L->P.g[i] : L->P.p[i]).data;
-  if (g->owner)
-    for (int64_t n = 0; n < rows; n++)
-      for (int64_t k = 0; k < kn; k++) whole[tpl_whole_at(g, n, k, Kw)] = src[n * kn + k];
-  return tpl_allreduce(L->M, L->M->aux, whole, N * Kw);
-}
-
-int par_tplayer_set(par_tplayer_t *L, int i, const float *whole) {
-  int rc = check_index(L, i, whole);
-  if (rc) return rc;
-  const tpl_geom_t *g = &L->M->g[i];
-  int64_t N, K;
-  whole_shape(L->cfg.hidden, i, &N, &K);
-  int64_t Kw = K ? K : 1, kn = K ? g->kn : 1, rows = g->parts * g->nn;
-  float *dst = L->P.p[i].data;
-  for (int64_t n = 0; n < rows; n++)
-    for (int64_t k = 0; k < kn; k++) dst[n * kn + k] = whole[tpl_whole_at(g, n, k, Kw)];
+  *n = N * Kw;
+  if (to_whole && !g->owner) return STRATA_OK; /* (the one replica speaks for the part) */
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t k = 0; k < kn; k++) {
+      int64_t at = tpl_whole_at(g, r, k, Kw);
+      if (to_whole) whole[at] = part[r * kn + k];
+      else part[r * kn + k] = whole[at];
+    }
   return STRATA_OK;
 }
 
-void par_tplayer_traffic(const par_tplayer_t *L, uint64_t *sent, uint64_t *recv) {
+int par_tplayer_get(par_tplayer_t *L, int i, int grad, float *whole) {
+  int64_t n = 0;
+  int rc = check_index(L, i, whole);
+  if (rc) return rc;
+  float *part = (grad ? L->P.g[i] : L->P.p[i]).data;
+  int64_t N, K;
+  whole_shape(L->cfg.hidden, i, &N, &K);
+  memset(whole, 0, sizeof(float) * (size_t)(N * (K ? K : 1)));
+  if ((rc = part_whole(L, i, part, whole, 1, &n))) return rc;
+  return tpl_allreduce(L->M, L->M->aux, whole, n);
+}
+
+int par_tplayer_set(par_tplayer_t *L, int i, const float *whole) {
+  int64_t n = 0;
+  int rc = check_index(L, i, whole);
+  return rc ? rc : part_whole(L, i, L->P.p[i].data, (float *)whole, 0, &n);
+}
+
+void tpl_traffic(const tpl_mesh_t *M, uint64_t *sent, uint64_t *recv) {
   uint64_t s = 0, r = 0;
-  for (int k = 0; L && k < L->M->ngroups; k++)
+  for (int k = 0; M && k < M->ngroups; k++)
     for (int kind = 0; kind < COMM_NKINDS; kind++) {
       comm_counter_t n;
-      if (comm_counters(L->M->groups[k], (comm_kind_t)kind, &n) == STRATA_OK) s += n.bytes_sent, r += n.bytes_recv;
+      if (comm_counters(M->groups[k], (comm_kind_t)kind, &n) == STRATA_OK) s += n.bytes_sent, r += n.bytes_recv;
     }
   if (sent) *sent = s;
   if (recv) *recv = r;
+}
+
+void par_tplayer_traffic(const par_tplayer_t *L, uint64_t *sent, uint64_t *recv) {
+  tpl_traffic(L ? L->M : NULL, sent, recv);
 }
 
 void par_tplayer_traffic_reset(par_tplayer_t *L) {
