@@ -75,6 +75,33 @@ static inline size_t local_count(par_gpt_t *m) {
   return v->offset + v->numel;
 }
 
+/* How far engine e's parameters (each rank's part) are from the serial
+ * engine s's, as a share of how far s moved from p0 (its whole start), over
+ * every rank (tr: the rank's place in a 1D tensor group). */
+static inline double parts_apart(par_engine_t *s, par_engine_t *e, const float *p0, int tr) {
+  par_gpt_t *sm = par_engine_model(s), *em = par_engine_model(e);
+  size_t np = par_gpt_param_count(par_gpt_config(sm)), nl = local_count(em);
+  float *ps = malloc(np * 4), *pe = malloc(nl * 4), *want = malloc(nl * 4), *w0 = malloc(nl * 4);
+  par_engine_get_params(s, ps), par_engine_get_params(e, pe);
+  slice_all(em, sm, ps, want, tr), slice_all(em, sm, p0, w0, tr);
+  double sums[2] = {0, 0}; /* every rank's part counts: the move and the difference over the run */
+  move_sums(want, pe, w0, nl, sums);
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  free(ps), free(pe), free(want), free(w0);
+  return sqrt(sums[0] / sums[1]);
+}
+
+/* This machine's preset sized to the ranks, planning layout lay of model
+ * mc with strata's engine parameters. */
+static inline int plan_here(const par_gpt_config_t *mc, const par_layout_t *lay, par_plan_t *pl) {
+  par_cluster_t cl;
+  par_cluster_preset("this-machine", &cl, NULL, 0);
+  cl.nodes = 1, cl.gpus_per_node = ranks;
+  par_plan_params_t pp;
+  par_plan_params_engine(&pp);
+  return par_plan_estimate(mc, lay, &cl, &pp, pl);
+}
+
 /* Memory per rank of engine e (model mc, layout lay, on this machine's
  * ranks) against the planner with strata's engine parameters: the model
  * states exactly (each rank's part of every region, padded to the
@@ -84,13 +111,8 @@ static inline void memory_vs_planner(par_engine_t *e, const par_gpt_config_t *mc
                                      const char *what) {
   par_engine_info_t in;
   par_engine_info(e, &in);
-  par_cluster_t cl;
-  par_cluster_preset("this-machine", &cl, NULL, 0);
-  cl.nodes = 1, cl.gpus_per_node = ranks;
-  par_plan_params_t pp;
-  par_plan_params_engine(&pp);
   par_plan_t pl;
-  CHECK(par_plan_estimate(mc, lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+  CHECK(plan_here(mc, lay, &pl) == 0, "planner: %s", pl.why);
   CHECK((double)in.state_bytes[0] == pl.mem[PAR_MEM_PARAMS] && (double)in.state_bytes[1] == pl.mem[PAR_MEM_GRADS] &&
             (double)in.state_bytes[2] == pl.mem[PAR_MEM_OPTIM],
         "%s: model states %zu + %zu + %zu bytes, planner %.0f + %.0f + %.0f", what, in.state_bytes[0],

@@ -238,16 +238,11 @@ static double measured_memory(const case_t *c, int B, int *slots, double *planne
   /* the accountant's peak less the pass's transient buffers (the planner counts the engine's apart) */
   double mine = (double)peak - (double)info.buffer_peak, worst = 0;
   MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  par_cluster_t cl;
-  par_cluster_preset("this-machine", &cl, NULL, 0);
-  cl.nodes = 1, cl.gpus_per_node = ranks;
-  par_plan_params_t pp;
-  par_plan_params_engine(&pp);
   par_plan_t pl;
   par_layout_t lay = layout_of(c, B);
   par_gpt_config_t m = mc;
   m.recompute = c->recompute;
-  CHECK(par_plan_estimate(&m, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+  CHECK(plan_here(&m, &lay, &pl) == 0, "planner: %s", pl.why);
   *planned = pl.mem[PAR_MEM_PARAMS] + pl.mem[PAR_MEM_GRADS] + pl.mem[PAR_MEM_OPTIM] + pl.mem[PAR_MEM_ACTIV];
   par_engine_destroy(e), par_data_destroy(d);
   return worst;

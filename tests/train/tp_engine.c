@@ -61,10 +61,7 @@ static void equiv(int tp, int zero, const char *opt) {
   const int B = 2, dp = ranks / tp;
   size_t np = par_gpt_param_count(&mc);
   par_engine_t *s = engine(MPI_COMM_SELF, 1, 1, 0, B * dp, opt), *e = engine(MPI_COMM_WORLD, tp, dp, zero, B, opt);
-  par_gpt_t *sm = par_engine_model(s), *em = par_engine_model(e);
-  size_t nl = local_count(em);
-  float *ps = malloc(np * 4), *p0 = malloc(np * 4), *pe = malloc(nl * 4), *want = malloc(nl * 4),
-        *w0 = malloc(nl * 4);
+  float *p0 = malloc(np * 4);
   par_data_t *ds = data(), *dd = data();
   double max_dl = 0, max_dg = 0;
   par_engine_get_params(s, p0);
@@ -79,15 +76,7 @@ static void equiv(int tp, int zero, const char *opt) {
     max_dg = fmax(max_dg, fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
     if (step == 3 && !strcmp(opt, "adamw")) memory(e, tp, dp, zero, B);
   }
-  par_engine_get_params(s, ps);
-  par_engine_get_params(e, pe);
-  slice_all(em, sm, ps, want, tr);
-  slice_all(em, sm, p0, w0, tr);
-  /* every rank's slice counts: the move and the difference over the run */
-  double sums[2] = {0, 0};
-  move_sums(want, pe, w0, nl, sums);
-  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  double rel = sqrt(sums[0] / sums[1]);
+  double rel = parts_apart(s, e, p0, tr);
   CHECK(max_dl <= 1e-6 && max_dg <= 1e-5 && rel <= 1e-4,
         "tp %d x dp %d zero %d %s: losses %.3g relative, norms %.3g, parameters %.3g of the move apart", tp, dp, zero,
         opt, max_dl, max_dg, rel);
@@ -97,7 +86,7 @@ static void equiv(int tp, int zero, const char *opt) {
            tp, seqpar ? " seq-parallel" : "", dp, zero, opt, max_dl, max_dg, rel);
   par_engine_destroy(e), par_engine_destroy(s);
   par_data_destroy(ds), par_data_destroy(dd);
-  free(ps), free(p0), free(pe), free(want), free(w0);
+  free(p0);
 }
 
 /* Saved under tp 2 x dp 2: every other layout holds its slice of it. */
