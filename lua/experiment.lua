@@ -222,6 +222,18 @@ function M.prepare_and_train(cfg)
   local rank, size = M.world()
   M.resolve_batch(cfg, size)
   local p, t = cfg.parallel, cfg.train
+  local el = cfg.elastic
+  if el.min_ranks and rank == 0 then -- what the launcher needs to relaunch after a rank's failure
+    local file = os.getenv("STRATA_ELASTIC_FILE")
+    local f = file and io.open(file, "a")
+    if f then
+      f:write(string.format("min_ranks=%d\nmax_restarts=%d\nglobal_batch=%d\nbatch=%d\nmodel_ranks=%d\n", el.min_ranks,
+                            el.max_restarts, t.global_batch, t.batch, p.tp * p.pp * p.sp))
+      f:close()
+    else
+      io.stderr:write("strata: elastic: only strata run -n N relaunches a run; under mpirun a failure ends it\n")
+    end
+  end
   local resume = t.resume == true and cfg.checkpoint.path or t.resume or nil
   if not resume and not cfg.overwrite then refuse_earlier_run(cfg) end
   local d = cfg.data

@@ -22,6 +22,7 @@
  *                 every rank. */
 #define _GNU_SOURCE /* sigabbrev_np */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,6 +179,41 @@ void lstrata_catch_stop_signals(int rank) {
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
 }
 
+/* ------------------------------------------------------------ elastic runs */
+
+/* Under `strata run -n N` the launcher names a file (STRATA_ELASTIC_FILE)
+ * where a failing rank records what happened and its last complete
+ * checkpoint, key=value lines that an elastic run's launcher reads to
+ * relaunch (lstrata_elastic_next). One write, appended: ranks may fail
+ * together. */
+static void elastic_record(const char *what) {
+  const char *f = getenv("STRATA_ELASTIC_FILE");
+  if (!f || !*f) return;
+  char buf[4400];
+  int n = snprintf(buf, sizeof buf, "failure=%s\nstep=%ld\nckpt_step=%ld\nckpt=%s\n", what, status->step,
+                   status->ckpt_step, status->ckpt_path);
+  int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0600);
+  if (fd < 0) return;
+  if (n > 0 && write(fd, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)) < 0) {
+  }
+  close(fd);
+}
+
+/* The value of `key` in the file's key=value lines (the last one), or "". */
+static void elastic_value(const char *text, const char *key, char *out, size_t n) {
+  out[0] = 0;
+  size_t kl = strlen(key);
+  for (const char *l = text; l && *l;) {
+    const char *e = strchr(l, '\n');
+    size_t len = e ? (size_t)(e - l) : strlen(l);
+    if (len > kl && !strncmp(l, key, kl) && l[kl] == '=') {
+      size_t v = len - kl - 1 < n - 1 ? len - kl - 1 : n - 1;
+      memcpy(out, l + kl + 1, v), out[v] = 0;
+    }
+    l = e ? e + 1 : NULL;
+  }
+}
+
 /* ------------------------------------------------------------ fatal ends */
 
 /* A call libparallel reports stuck for good (a collective step of parallel
@@ -201,6 +237,7 @@ static void on_fatal(const char *msg, void *arg) {
     fprintf(stderr, "strata: %s; after step %ld; %s\n", msg, status->step, hint);
   else
     fprintf(stderr, "strata: %s\n", msg);
+  elastic_record(msg);
   status->reported = 1;
   fflush(stderr);
   fflush(stdout);
@@ -250,6 +287,9 @@ static void report_death(int rank, int ranks, int wstatus) {
   lstrata_checkpoint_hint(hint, sizeof hint);
   fprintf(stderr, "strata: %s %s %s; %s\n", whos, what, where, hint);
   fflush(stderr);
+  char failure[400];
+  snprintf(failure, sizeof failure, "%s %s %s", whos, what, where);
+  elastic_record(failure);
 }
 
 /* Open MPI's shared-memory transport prints this when it reads from a
@@ -389,4 +429,55 @@ int lstrata_launch(char **av) {
   if (interrupts >= 2) return 128 + first_interrupt; /* stopped at once, as by the signal */
   if (WIFSIGNALED(ws)) return 128 + WTERMSIG(ws);
   return WEXITSTATUS(ws);
+}
+
+int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, char *ckpt, size_t ckpt_n,
+                         long *global_batch) {
+  if (status_code == 0 || status_code == 2 || interrupts) return 0; /* done, bad input, stopped by the user */
+  FILE *f = fopen(file, "r");
+  if (!f) return 0;
+  char text[16384];
+  size_t len = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[len] = 0;
+  char v[4200], failure[2400];
+  elastic_value(text, "min_ranks", v, sizeof v);
+  if (!v[0]) return 0; /* not an elastic run */
+  long min_ranks = atol(v), max_restarts, batch, model_ranks, ckpt_step, step;
+  elastic_value(text, "max_restarts", v, sizeof v), max_restarts = atol(v);
+  elastic_value(text, "global_batch", v, sizeof v), *global_batch = atol(v);
+  elastic_value(text, "batch", v, sizeof v), batch = atol(v);
+  elastic_value(text, "model_ranks", v, sizeof v), model_ranks = atol(v);
+  elastic_value(text, "failure", failure, sizeof failure);
+  elastic_value(text, "ckpt_step", v, sizeof v), ckpt_step = v[0] ? atol(v) : -1;
+  elastic_value(text, "step", v, sizeof v), step = atol(v);
+  elastic_value(text, "ckpt", ckpt, ckpt_n);
+  if (!failure[0]) return 0; /* ended without a rank's failure: nothing to relaunch from */
+  if (ckpt_step < 0 || !ckpt[0]) {
+    fprintf(stderr, "strata: elastic: no checkpoint was written before the failure; not relaunching\n");
+    return 0;
+  }
+  if (restarts >= max_restarts) {
+    fprintf(stderr, "strata: elastic: %d relaunch%s already (elastic.max_restarts = %ld); not relaunching\n", restarts,
+            restarts == 1 ? "" : "es", max_restarts);
+    return 0;
+  }
+  /* The failed rank's place is lost: the largest layout of the others with
+   * the same tensor, pipeline and sequence degrees whose data-parallel
+   * microbatches divide the global batch, so that the step, its batch and
+   * its learning rate stay what they were. */
+  for (long n = np - 1; n >= min_ranks && n >= model_ranks; n--) {
+    long dp = n / model_ranks;
+    if (n % model_ranks || *global_batch % (dp * batch)) continue;
+    fprintf(stderr,
+            "strata: elastic: %s; relaunching on %ld rank%s (data-parallel %ld -> %ld, %ld microbatches a step, global "
+            "batch %ld) from the checkpoint of step %ld, %ld step%s to redo\n",
+            failure, n, n == 1 ? "" : "s", (long)np / model_ranks, dp, *global_batch / (dp * batch), *global_batch,
+            ckpt_step, step - ckpt_step, step - ckpt_step == 1 ? "" : "s");
+    return (int)n;
+  }
+  fprintf(stderr, "strata: elastic: no layout of %d - 1 ranks (elastic.min_ranks = %ld, tp x pp x sp = %ld) divides the "
+                  "global batch %ld into microbatches of %ld; not relaunching\n",
+          np, min_ranks, model_ranks, *global_batch, batch);
+  return 0;
 }

@@ -130,6 +130,11 @@ local sections = {
     host_mb = {t = NUM, min = 0, default = 0, doc = "liboffload's host tier in MiB (static and chunks); 0: what the policy needs"},
     chunk_mb = {t = NUM, min = 0, default = 0, doc = "with policy = \"chunks\": the chunks' size in MiB; 0: PatrickStar's search (the size that wastes least)"},
   },
+  elastic = {
+    min_ranks = {t = INT, min = 1, max = 1 << 20,
+                 doc = "an elastic run (strata run -n N): when a rank fails after a checkpoint, the launcher relaunches on the ranks left (as few as this) from it, with the same global batch and learning rate"},
+    max_restarts = {t = INT, min = 0, max = 1000, default = 3, doc = "relaunches an elastic run makes at most"},
+  },
   plan = {
     cluster = {t = STR, also_type = "table",
                doc = "strata plan only: the cluster to plan on, a preset name (recipes/clusters/) or a table of its fields (base = a preset, nodes, ...); default this machine with the layout's ranks"},
@@ -325,6 +330,8 @@ local function check_unread(c, loc, given)
       unread("parallel." .. k, "with parallel.pp = 1 (no pipeline)")
     end
   end
+  decider = "elastic.min_ranks"
+  if not c.elastic.min_ranks then unread("elastic.max_restarts", "without elastic.min_ranks (not an elastic run)") end
   decider = "parallel.tp_mode"
   if c.parallel.tp_mode ~= "2.5d" then
     unread("parallel.tp_depth", string.format('with parallel.tp_mode = "%s" (2.5d only)', c.parallel.tp_mode))

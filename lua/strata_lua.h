@@ -51,6 +51,13 @@ volatile sig_atomic_t *lstrata_stop_flag(void);
 /* `strata run -n N`: runs mpirun (argv av) in its own process group and
  * turns interrupts into a stop of every rank; returns mpirun's status. */
 int lstrata_launch(char **av);
+/* After a launch that ended with status_code: for an elastic run whose rank
+ * failed (the ranks' records in `file`), the rank count to relaunch on from
+ * the last checkpoint (its path into ckpt, the run's global batch into
+ * *global_batch), with the reason on stderr; 0: no relaunch (said why when
+ * an elastic run cannot go on). */
+int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, char *ckpt, size_t ckpt_n,
+                         long *global_batch);
 /* Remembers how this run was started, for the resume command: the name
  * of the executable and the arguments after `run` (recipe, overrides). */
 void lstrata_set_command(const char *self, char **args, int nargs);

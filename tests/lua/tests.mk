@@ -1,6 +1,7 @@
 # tests/lua: the strata executable, its Lua bindings and the recipe schema.
 TEST_SUITES += mpi:tests/lua/mpi.list sh:tests/lua/bad_recipes.sh sh:tests/lua/cli.sh
 TEST_SUITES += sh:tests/lua/train.sh sh:tests/lua/models.sh sh:tests/lua/large_batch.sh sh:tests/lua/runs.sh
+TEST_SUITES += sh:tests/lua/elastic.sh
 
 # Failure cases end to end (tests/lua/failures.sh); fullfs.so stands in for a
 # small disk where a tmpfs cannot be mounted.

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Elastic runs (elastic.min_ranks under strata run -n N): a rank killed after
+# a checkpoint is relaunched from it on the ranks left, one line naming the
+# failure, the new layout and the steps to redo; the run ends as an
+# uninterrupted one (the same validation loss, to its printed 4 decimals: a
+# global batch the same on 1 rank as on 2, tests/train/zero_equiv.c
+# comparing such runs to 1e-6) with every step in its one metrics file.
+# elastic.max_restarts = 0 ends it with the failure's status instead.
+set -u
+BUILD=${BUILD:-build}
+S=$(cd "$BUILD/bin" && pwd)/strata
+export STRATA_THREADS=1
+work=$(mktemp -d /tmp/strata-elastic-XXXXXX)
+trap 'pkill -KILL -f "$work" 2>/dev/null; rm -rf "$work"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+R=recipes/quickstart.lua
+run=(model.layers=1 model.hidden=32 model.heads=2 model.seq=32 data.tokens=65536 train.batch=4 optim.warmup=5
+     train.eval_every=0 metrics.plot=false train.log_every=100000 train.steps=3000 checkpoint.every=500)
+# The worker of rank R of the run in DIR: the strata process of that rank whose parent (its guard) is strata too.
+worker_of() {
+  local p
+  for p in $(pgrep -f "run_dir=$2"); do
+    tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
+    grep -qx strata /proc/"$(awk '{print $4}' /proc/"$p"/stat)"/comm 2>/dev/null && { echo "$p"; return; }
+  done
+}
+# kill_rank1 DIR: once the run in DIR has a checkpoint, SIGKILL its rank 1
+kill_rank1() {
+  local i w
+  for ((i = 0; i < 600; i++)); do [ -e "$1/checkpoint.h5" ] && break; sleep 0.1; done
+  sleep 0.3
+  w=$(worker_of 1 "$1")
+  [ -n "$w" ] && kill -KILL "$w" || fail "no worker of rank 1 in $1"
+}
+val() { sed -n 's/^strata: validation loss \([0-9.]*\) nats.*/\1/p' "$1"; }
+
+"$S" run -n 2 $R "${run[@]}" run_dir="$work/ref" >"$work/ref.out" 2>&1 || fail "reference run: $(tail -3 "$work/ref.out")"
+
+d=$work/el
+"$S" run -n 2 $R "${run[@]}" elastic.min_ranks=1 run_dir="$d" >"$d.out" 2>"$d.err" &
+lp=$!
+kill_rank1 "$d"
+wait $lp; rc=$?
+[ $rc = 0 ] || fail "elastic run: exit $rc: $(tail -3 "$d.err")"
+grep -qE "^strata: elastic: rank 1 of 2 was killed by signal 9 .* at step [0-9]+ of 3000; relaunching on 1 rank \(data-parallel 2 -> 1, 2 microbatches a step, global batch 8\) from the checkpoint of step [0-9]+, [0-9]+ steps? to redo$" "$d.err" \
+  || fail "elastic line: $(cat "$d.err")"
+[ "$(val "$d.out")" = "$(val "$work/ref.out")" ] && [ -n "$(val "$d.out")" ] \
+  || fail "validation loss $(val "$d.out"), uninterrupted $(val "$work/ref.out")"
+rows=$(h5dump -d /step "$d/metrics.h5" 2>/dev/null | sed -n 's/.*DATASPACE *SIMPLE { ( \([0-9]*\) ).*/\1/p')
+[ "$rows" = 3000 ] || fail "metrics rows: '$rows', not 3000"
+echo "elastic: relaunched on 1 rank, validation loss $(val "$d.out") as uninterrupted, $rows metrics rows"
+
+d=$work/none
+"$S" run -n 2 $R "${run[@]}" elastic.min_ranks=1 elastic.max_restarts=0 run_dir="$d" >"$d.out" 2>"$d.err" &
+lp=$!
+kill_rank1 "$d"
+wait $lp; rc=$?
+[ $rc = 137 ] || fail "max_restarts 0: exit $rc, not 137: $(tail -3 "$d.err")"
+grep -q "^strata: elastic: 0 relaunches already (elastic.max_restarts = 0); not relaunching$" "$d.err" \
+  || fail "max_restarts 0: message: $(cat "$d.err")"
+echo "elastic: max_restarts 0 ends with the failure"
+echo "elastic: $fails failed"
+[ $fails = 0 ]
