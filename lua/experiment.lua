@@ -223,12 +223,24 @@ function M.prepare_and_train(cfg)
   M.resolve_batch(cfg, size)
   local p, t = cfg.parallel, cfg.train
   local el = cfg.elastic
+  if el.min_ranks and el.max_ranks and t.batch_start and os.getenv("STRATA_ELASTIC_FILE") then
+    -- the most ranks, up to max_ranks, whose data-parallel microbatches divide the full global batch:
+    -- the run grows to them once the warm-up reaches it
+    local mr = p.tp * p.pp * p.sp
+    for n = el.max_ranks - el.max_ranks % mr, size + 1, -mr do
+      if n > size and t.global_batch % (n // mr * t.batch) == 0 then
+        cfg._grow_batch, cfg._grow_ranks = t.global_batch, n
+        break
+      end
+    end
+  end
   if el.min_ranks and rank == 0 then -- what the launcher needs to relaunch after a rank's failure
     local file = os.getenv("STRATA_ELASTIC_FILE")
     local f = file and io.open(file, "a")
     if f then
-      f:write(string.format("min_ranks=%d\nmax_restarts=%d\nglobal_batch=%d\nbatch=%d\nmodel_ranks=%d\n", el.min_ranks,
-                            el.max_restarts, t.global_batch, t.batch, p.tp * p.pp * p.sp))
+      f:write(string.format("min_ranks=%d\nmax_restarts=%d\nglobal_batch=%d\nbatch=%d\nmodel_ranks=%d\nbatch_start=%d\n",
+                            el.min_ranks, el.max_restarts, t.global_batch, t.batch, p.tp * p.pp * p.sp,
+                            t.batch_start or 0))
       f:close()
     else
       io.stderr:write("strata: elastic: only strata run -n N relaunches a run; under mpirun a failure ends it\n")

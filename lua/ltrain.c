@@ -316,6 +316,9 @@ static int l_train(lua_State *L) {
   to.batch.quantum = lua_isinteger(L, -1) ? (long)lua_tointeger(L, -1) : 0;
   lua_pop(L, 2);
   to.batch.warmup = (long)cfg_int(L, "train", "batch_warmup");
+  lua_getfield(L, 1, "_grow_batch"); /* an elastic run that grows with its batch (experiment.lua) */
+  to.stop_before_batch = lua_isinteger(L, -1) ? (long)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 1);
   to.batch.warmup_tokens = (double)cfg_int(L, "train", "batch_warmup_tokens");
   const char *rule = cfg_str(L, "optim", "lr_scaling");
   to.lr_rule = !strcmp(rule, "linear") ? OPTIM_LR_RULE_LINEAR : !strcmp(rule, "sqrt") ? OPTIM_LR_RULE_SQRT
@@ -433,6 +436,20 @@ static int l_train(lua_State *L) {
       run_fail(L, same, "%.*s; %s step %ld; %s", n, msg, in, res.fail_step, hint);
     }
     run_fail(L, same, "%s", msg);
+  }
+  if (res.grown) { /* an elastic run's batch has grown past what its ranks take: the launcher relaunches */
+    lua_getfield(L, 1, "_grow_ranks");
+    int ranks = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    lstrata_elastic_grow(ranks);
+    char msg[256];
+    snprintf(msg, sizeof msg, "elastic: the global batch reaches %ld after step %ld: stopping to grow to %d ranks",
+             to.stop_before_batch, res.step, ranks);
+    lua_createtable(L, 0, 3);
+    lua_pushstring(L, msg), lua_setfield(L, -2, "message");
+    lua_pushinteger(L, STRATA_EXIT_STOPPED), lua_setfield(L, -2, "status");
+    lua_pushboolean(L, 1), lua_setfield(L, -2, "same_on_all_ranks");
+    return lua_error(L);
   }
   if (res.stopped) run_stopped(L, &res);
   double entropy = par_data_entropy_rate(data);

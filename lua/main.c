@@ -196,16 +196,18 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
     /* Elastic runs (the recipe's elastic settings): the ranks record a
      * failure and the last checkpoint in this file, and the run goes on from
      * there on the ranks left, with the same global batch. */
-    char efile[64], ckpt[4200], resume[4300], gbatch[64];
+    char efile[64], ckpt[4200], resume[4300], gbatch[64], bstart[64];
     snprintf(efile, sizeof efile, "/tmp/strata-elastic-%d", (int)getpid());
     setenv("STRATA_ELASTIC_FILE", efile, 1);
-    int status = 0, tail = a;
+    int status = 0, tail = a, warm_done = 0;
     for (int restarts = 0;; restarts++) {
       unlink(efile);
       status = lstrata_launch(av);
       long gb = 0;
-      int next = plan ? 0 : lstrata_elastic_next(efile, status, np, restarts, ckpt, sizeof ckpt, &gb);
+      int next = plan ? 0 : lstrata_elastic_next(efile, status, np, restarts, warm_done, ckpt, sizeof ckpt, &gb);
       if (next <= 0) break;
+      if (next > np) warm_done = 1; /* grown: the warm-up is over, the batch the global batch from here on */
+      int grown = warm_done;
       np = next;
       snprintf(nps, sizeof nps, "%d", np);
       setenv("STRATA_LAUNCH_N", nps, 1);
@@ -213,11 +215,13 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
       int w = tail - (argc - (i - 1));
       for (int k = i - 1; k < argc; k++)
         if (strncmp(argv[k], "train.resume=", 13) && strncmp(argv[k], "train.global_batch=", 19) &&
-            strncmp(argv[k], "parallel.dp=", 12) && strncmp(argv[k], "overwrite=", 10))
+            strncmp(argv[k], "parallel.dp=", 12) && strncmp(argv[k], "overwrite=", 10) &&
+            (!grown || strncmp(argv[k], "train.batch_start=", 18)))
           av[w++] = argv[k];
       snprintf(resume, sizeof resume, "train.resume=%s", ckpt);
       snprintf(gbatch, sizeof gbatch, "train.global_batch=%ld", gb);
       av[w++] = resume, av[w++] = gbatch, av[w++] = "parallel.dp=auto";
+      if (grown) snprintf(bstart, sizeof bstart, "train.batch_start=%ld", gb), av[w++] = bstart;
       av[w] = NULL;
     }
     unlink(efile);

@@ -199,6 +199,20 @@ static void elastic_record(const char *what) {
   close(fd);
 }
 
+void lstrata_elastic_grow(int ranks) {
+  char what[64];
+  snprintf(what, sizeof what, "%d", ranks);
+  const char *f = getenv("STRATA_ELASTIC_FILE");
+  if (!f || !*f) return;
+  char buf[4400];
+  int n = snprintf(buf, sizeof buf, "grow=%d\nckpt_step=%ld\nckpt=%s\n", ranks, status->ckpt_step, status->ckpt_path);
+  int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0600);
+  if (fd < 0) return;
+  if (n > 0 && write(fd, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)) < 0) {
+  }
+  close(fd);
+}
+
 /* The value of `key` in the file's key=value lines (the last one), or "". */
 static void elastic_value(const char *text, const char *key, char *out, size_t n) {
   out[0] = 0;
@@ -431,8 +445,8 @@ int lstrata_launch(char **av) {
   return WEXITSTATUS(ws);
 }
 
-int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, char *ckpt, size_t ckpt_n,
-                         long *global_batch) {
+int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done, char *ckpt,
+                         size_t ckpt_n, long *global_batch) {
   if (status_code == 0 || status_code == 2 || interrupts) return 0; /* done, bad input, stopped by the user */
   FILE *f = fopen(file, "r");
   if (!f) return 0;
@@ -448,10 +462,22 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
   elastic_value(text, "global_batch", v, sizeof v), *global_batch = atol(v);
   elastic_value(text, "batch", v, sizeof v), batch = atol(v);
   elastic_value(text, "model_ranks", v, sizeof v), model_ranks = atol(v);
+  elastic_value(text, "batch_start", v, sizeof v);
+  long start = warm_done ? 0 : atol(v); /* a batch warm-up still to run starts on whole microbatches too */
   elastic_value(text, "failure", failure, sizeof failure);
   elastic_value(text, "ckpt_step", v, sizeof v), ckpt_step = v[0] ? atol(v) : -1;
   elastic_value(text, "step", v, sizeof v), step = atol(v);
   elastic_value(text, "ckpt", ckpt, ckpt_n);
+  elastic_value(text, "grow", v, sizeof v);
+  long grow = atol(v);
+  if (grow > 0 && status_code == STRATA_EXIT_STOPPED && ckpt_step >= 0 && ckpt[0]) { /* stopped to grow */
+    fprintf(stderr,
+            "strata: elastic: relaunching on %ld ranks (data-parallel %ld -> %ld, %ld microbatch%s a step, global batch "
+            "%ld) from the checkpoint of step %ld\n",
+            grow, (long)np / model_ranks, grow / model_ranks, *global_batch / (grow / model_ranks * batch),
+            *global_batch / (grow / model_ranks * batch) == 1 ? "" : "es", *global_batch, ckpt_step);
+    return (int)grow;
+  }
   if (!failure[0]) return 0; /* ended without a rank's failure: nothing to relaunch from */
   if (ckpt_step < 0 || !ckpt[0]) {
     fprintf(stderr, "strata: elastic: no checkpoint was written before the failure; not relaunching\n");
@@ -468,7 +494,7 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
    * its learning rate stay what they were. */
   for (long n = np - 1; n >= min_ranks && n >= model_ranks; n--) {
     long dp = n / model_ranks;
-    if (n % model_ranks || *global_batch % (dp * batch)) continue;
+    if (n % model_ranks || *global_batch % (dp * batch) || (start > 0 && start % (dp * batch))) continue;
     fprintf(stderr,
             "strata: elastic: %s; relaunching on %ld rank%s (data-parallel %ld -> %ld, %ld microbatches a step, global "
             "batch %ld) from the checkpoint of step %ld, %ld step%s to redo\n",

@@ -134,6 +134,8 @@ local sections = {
     min_ranks = {t = INT, min = 1, max = 1 << 20,
                  doc = "an elastic run (strata run -n N): when a rank fails after a checkpoint, the launcher relaunches on the ranks left (as few as this) from it, with the same global batch and learning rate"},
     max_restarts = {t = INT, min = 0, max = 1000, default = 3, doc = "relaunches an elastic run makes at most"},
+    max_ranks = {t = INT, min = 1, max = 1 << 20,
+                 doc = "with a batch warm-up (train.batch_start): when the global batch reaches train.global_batch, the run stops with a checkpoint and the launcher relaunches it on up to this many ranks (the most whose microbatches divide the batch)"},
   },
   plan = {
     cluster = {t = STR, also_type = "table",
@@ -331,7 +333,9 @@ local function check_unread(c, loc, given)
     end
   end
   decider = "elastic.min_ranks"
-  if not c.elastic.min_ranks then unread("elastic.max_restarts", "without elastic.min_ranks (not an elastic run)") end
+  if not c.elastic.min_ranks then
+    for _, k in ipairs{"max_restarts", "max_ranks"} do unread("elastic." .. k, "without elastic.min_ranks (not an elastic run)") end
+  end
   decider = "parallel.tp_mode"
   if c.parallel.tp_mode ~= "2.5d" then
     unread("parallel.tp_depth", string.format('with parallel.tp_mode = "%s" (2.5d only)', c.parallel.tp_mode))

@@ -52,12 +52,16 @@ volatile sig_atomic_t *lstrata_stop_flag(void);
  * turns interrupts into a stop of every rank; returns mpirun's status. */
 int lstrata_launch(char **av);
 /* After a launch that ended with status_code: for an elastic run whose rank
- * failed (the ranks' records in `file`), the rank count to relaunch on from
- * the last checkpoint (its path into ckpt, the run's global batch into
- * *global_batch), with the reason on stderr; 0: no relaunch (said why when
- * an elastic run cannot go on). */
-int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, char *ckpt, size_t ckpt_n,
-                         long *global_batch);
+ * failed or that stopped to grow (the ranks' records in `file`), the rank
+ * count to relaunch on from the last checkpoint (its path into ckpt, the
+ * run's global batch into *global_batch), with the reason on stderr; 0: no
+ * relaunch (said why when an elastic run cannot go on). warm_done: a batch
+ * warm-up is over (after a growth), so it no longer constrains the layout. */
+int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done, char *ckpt,
+                         size_t ckpt_n, long *global_batch);
+/* An elastic run that stopped to grow (rank 0): records the ranks to
+ * relaunch on and the checkpoint just saved for the launcher. */
+void lstrata_elastic_grow(int ranks);
 /* Remembers how this run was started, for the resume command: the name
  * of the executable and the arguments after `run` (recipe, overrides). */
 void lstrata_set_command(const char *self, char **args, int nargs);

@@ -5,7 +5,8 @@
 # uninterrupted one (the same validation loss, to its printed 4 decimals: a
 # global batch the same on 1 rank as on 2, tests/train/zero_equiv.c
 # comparing such runs to 1e-6) with every step in its one metrics file.
-# elastic.max_restarts = 0 ends it with the failure's status instead.
+# elastic.max_restarts = 0 ends it with the failure's status instead. With
+# elastic.max_ranks and a batch warm-up the run also grows: 2 -> 4 -> 3.
 set -u
 BUILD=${BUILD:-build}
 S=$(cd "$BUILD/bin" && pwd)/strata
@@ -21,7 +22,7 @@ run=(model.layers=1 model.hidden=32 model.heads=2 model.seq=32 data.tokens=65536
 worker_of() {
   local p
   for p in $(pgrep -f "run_dir=$2"); do
-    tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
+    { tr '\0' '\n' </proc/"$p"/environ; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
     grep -qx strata /proc/"$(awk '{print $4}' /proc/"$p"/stat)"/comm 2>/dev/null && { echo "$p"; return; }
   done
 }
@@ -60,5 +61,32 @@ wait $lp; rc=$?
 grep -q "^strata: elastic: 0 relaunches already (elastic.max_restarts = 0); not relaunching$" "$d.err" \
   || fail "max_restarts 0: message: $(cat "$d.err")"
 echo "elastic: max_restarts 0 ends with the failure"
+# Growth with the batch: 2 ranks through a batch warm-up (8 to 48 over 150
+# steps), 4 once the batch is 48 (elastic.max_ranks), then 3 after rank 1
+# of the 4 is killed (48 = 3 x 4 x 4): the same validation loss as the
+# uninterrupted run on 2 ranks.
+grow=(train.steps=1000 train.batch_start=8 train.batch_warmup=150 train.global_batch=48)
+"$S" run -n 2 $R "${run[@]}" "${grow[@]}" run_dir="$work/gref" >"$work/gref.out" 2>&1 || fail "grow reference: $(tail -3 "$work/gref.out")"
+d=$work/grow
+"$S" run -n 2 $R "${run[@]}" "${grow[@]}" elastic.min_ranks=1 elastic.max_ranks=4 run_dir="$d" >"$d.out" 2>"$d.err" &
+lp=$!
+for ((i = 0; i < 600; i++)); do [ -n "$(worker_of 3 "$d")" ] && break; sleep 0.1; done
+[ -n "$(worker_of 3 "$d")" ] || fail "grow: no rank 3 after 60 s: $(cat "$d.err")"
+for ((i = 0; i < 600; i++)); do
+  s=$(h5dump -a /step "$d/checkpoint.h5" 2>/dev/null | sed -n 's/^ *(0): \([0-9]*\).*/\1/p')
+  [ "${s:-0}" -gt 150 ] && break; sleep 0.1
+done
+sleep 0.3
+w=$(worker_of 1 "$d")
+[ -n "$w" ] && kill -KILL "$w" || fail "grow: no worker of rank 1"
+wait $lp; rc=$?
+[ $rc = 0 ] || fail "grow: exit $rc: $(tail -3 "$d.err")"
+grep -q "^strata: elastic: the global batch reaches 48 after step 150: stopping to grow to 4 ranks$" "$d.err" &&
+  grep -q "^strata: elastic: relaunching on 4 ranks (data-parallel 2 -> 4, 3 microbatches a step, global batch 48) from the checkpoint of step 150$" "$d.err" &&
+  grep -qE "^strata: elastic: rank 1 of 4 was killed by signal 9 .*; relaunching on 3 ranks \(data-parallel 4 -> 3, 4 microbatches a step, global batch 48\)" "$d.err" \
+  || fail "grow: messages: $(cat "$d.err")"
+[ "$(val "$d.out")" = "$(val "$work/gref.out")" ] && [ -n "$(val "$d.out")" ] \
+  || fail "grow: validation loss $(val "$d.out"), uninterrupted $(val "$work/gref.out")"
+echo "elastic: 2 -> 4 -> 3 ranks, validation loss $(val "$d.out") as uninterrupted"
 echo "elastic: $fails failed"
 [ $fails = 0 ]

@@ -371,6 +371,11 @@ typedef struct {
    * the step in which any rank's *stop was set, with a checkpoint when
    * ckpt_path is set, and res->stopped = 1. NULL: none. */
   const volatile sig_atomic_t *stop;
+  /* With a batch schedule: end the run, with a checkpoint, after the last
+   * step whose global batch is below this (0: never), res->grown = 1: an
+   * elastic run's launcher then relaunches it on more ranks for the larger
+   * batches (strata run's elastic.max_ranks). */
+  long stop_before_batch;
   /* Called on every rank after every step; borrowed context. */
   void (*progress)(void *ctx, const par_progress_t *p);
   /* Called on rank 0 with things the user should know that do not stop the
@@ -406,6 +411,7 @@ typedef struct {
   long last_ckpt_step;     /* the latest complete checkpoint written or resumed from (-1: none) */
   const char *last_ckpt_path; /* its path (opts.ckpt_path or opts.resume; NULL: none) */
   int stopped;             /* ended early on a stop request (opts.stop) */
+  int grown;               /* ended early at opts.stop_before_batch (then stopped too) */
   int diverged;            /* the error is a divergence of the loss */
   /* Where an error happened: "resume", "start", "step", "evaluation",
    * "checkpoint" or "end" (the last metrics rows), at step fail_step (the

@@ -331,6 +331,10 @@ static int run(loop_t *lp, par_train_result_t *res) {
     /* A stop request (every rank saw it in this step's reduction) skips the
      * evaluation and saves now. */
     int stop = st.stop;
+    /* the next step's batch is the one to grow for: every rank computes the same */
+    int grow = scheduled && o->stop_before_batch > 0 && step < o->steps &&
+               optim_batch_at(&bs, step) >= o->stop_before_batch && batch_now < o->stop_before_batch;
+    if (grow) stop = 1, res->grown = 1;
     int eval = !stop && ((o->eval_every > 0 && step % o->eval_every == 0) || step == o->steps);
     double v = NAN;
     if (eval) {
