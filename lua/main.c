@@ -20,13 +20,15 @@
 static const char *usage =
     "usage: strata <command> [arguments]\n"
     "\n"
-    "  strata run [-n N] RECIPE.lua [key=value ...]\n"
+    "  strata run [-n N [--hostfile FILE]] RECIPE.lua [key=value ...]\n"
     "      Runs a recipe. key=value pairs override the recipe's settings by\n"
     "      dotted path (train.steps=50 data.seed=3). Relative data paths in the\n"
     "      recipe are relative to its folder; on the command line, to the current one.\n"
     "      Outputs go to run_dir (default runs/NAME); over an earlier run there, add\n"
     "      train.resume=true (continue it) or overwrite=true (start again).\n"
-    "      -n N starts N ranks with mpirun; under mpirun, strata just runs.\n"
+    "      -n N starts N ranks with mpirun (--hostfile: over its machines); under\n"
+    "      mpirun or srun, strata just runs. With the recipe's elastic settings a run\n"
+    "      started with -n goes on after a rank fails, on the ranks left.\n"
     "  strata plan RECIPE.lua\n"
     "      Runs a recipe in plan mode: strata.experiment predicts memory per device, step\n"
     "      time, TFLOP/s and tokens/s instead of training (cluster: the recipe's\n"
@@ -139,15 +141,27 @@ static int run_recipe(void *arg);
 
 static int cmd_run(const char *self, int argc, char **argv, int plan) {
   int np = 0, i = 0;
-  if (i < argc && strcmp(argv[i], "-n") == 0) {
-    if (i + 1 >= argc || (np = atoi(argv[i + 1])) < 1) {
+  const char *hostfile = NULL; /* mpirun's, for ranks on several machines */
+  while (i < argc && (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--hostfile"))) {
+    if (!strcmp(argv[i], "--hostfile")) {
+      if (i + 1 >= argc || access(argv[i + 1], R_OK) != 0) {
+        fprintf(stderr, "strata run: --hostfile needs a readable file (mpirun's hostfile)%s%s\n",
+                i + 1 < argc ? ": cannot read " : "", i + 1 < argc ? argv[i + 1] : "");
+        return STRATA_EXIT_USAGE;
+      }
+      hostfile = argv[i + 1];
+    } else if (i + 1 >= argc || (np = atoi(argv[i + 1])) < 1) {
       fprintf(stderr, "strata run: -n needs a positive number of ranks\n");
       return STRATA_EXIT_USAGE;
     }
     i += 2;
   }
+  if (hostfile && np < 1) {
+    fprintf(stderr, "strata run: --hostfile goes with -n N (the ranks to start over its machines)\n");
+    return STRATA_EXIT_USAGE;
+  }
   if (i >= argc) {
-    fprintf(stderr, "strata run: no recipe given (usage: strata run [-n N] RECIPE.lua [key=value ...])\n");
+    fprintf(stderr, "strata run: no recipe given (usage: strata run [-n N [--hostfile FILE]] RECIPE.lua [key=value ...])\n");
     return STRATA_EXIT_USAGE;
   }
   const char *recipe = argv[i++];
@@ -188,6 +202,11 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
     av[a++] = "none";
     av[a++] = "--stdin"; /* mpirun runs in the background: the terminal is not its */
     av[a++] = "none";
+    if (hostfile) {
+      av[a++] = "--hostfile";
+      av[a++] = (char *)hostfile;
+      setenv("STRATA_LAUNCH_HOSTFILE", hostfile, 1); /* the ranks' resume command says it too */
+    }
     if (geteuid() == 0) av[a++] = "--allow-run-as-root";
     av[a++] = exe;
     av[a++] = plan ? "plan" : "run";

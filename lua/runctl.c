@@ -91,6 +91,11 @@ void lstrata_resume_command(char *buf, size_t n, const char *ckpt) {
       k = put_word(buf, n, k, "-n");
       k = put_word(buf, n, k, launched);
     }
+    const char *hosts = getenv("STRATA_LAUNCH_HOSTFILE");
+    if (launched && hosts && *hosts) {
+      k = put_word(buf, n, k, "--hostfile");
+      k = put_word(buf, n, k, hosts);
+    }
   } else {
     snprintf(ranks, sizeof ranks, "%d", atoi(size));
     k = put_word(buf, n, k, "mpirun");

@@ -9,7 +9,7 @@ fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 "$S" help >"$work/help" 2>&1 || fail "help exits $?"
-grep -q 'strata run \[-n N\] RECIPE.lua' "$work/help" || fail "help text"
+grep -q 'strata run \[-n N \[--hostfile FILE\]\] RECIPE.lua' "$work/help" || fail "help text"
 "$S" info >"$work/info" 2>&1 || fail "info exits $?"
 for k in 'MPI ' 'HDF5 ' 'Lua ' 'OpenBLAS ' 'CUDA ' 'NCCL ' 'device ' 'threads '; do
   grep -q "^$k" "$work/info" || fail "info lacks '$k': $(cat "$work/info")"
@@ -61,5 +61,14 @@ fi
 # run -n 2 starts mpirun itself; the bindings test then sees 2 ranks.
 "$S" run -n 2 tests/lua/test_bindings.lua >"$work/np2" 2>&1 || fail "run -n 2: $(tail -5 "$work/np2")"
 [ "$(grep -c 'of 2, .* checks passed' "$work/np2")" = 2 ] || fail "run -n 2 did not run 2 ranks: $(cat "$work/np2")"
+# --hostfile goes to mpirun (here one machine of 2 slots): the bindings test sees 2 ranks; without -n,
+# or with a file that cannot be read, it is refused (exit 2)
+printf 'localhost slots=2\n' >"$work/hosts"
+"$S" run -n 2 --hostfile "$work/hosts" tests/lua/test_bindings.lua >"$work/hf" 2>&1 || fail "run --hostfile: $(tail -5 "$work/hf")"
+[ "$(grep -c 'of 2, .* checks passed' "$work/hf")" = 2 ] || fail "run --hostfile did not run 2 ranks: $(cat "$work/hf")"
+"$S" run --hostfile "$work/hosts" tests/lua/test_bindings.lua 2>"$work/err"; rc=$?
+[ $rc = 2 ] && grep -q -- "--hostfile goes with -n N" "$work/err" || fail "--hostfile without -n: $rc $(cat "$work/err")"
+"$S" run -n 2 --hostfile "$work/none" tests/lua/test_bindings.lua 2>"$work/err"; rc=$?
+[ $rc = 2 ] && grep -q "cannot read $work/none" "$work/err" || fail "--hostfile unreadable: $rc $(cat "$work/err")"
 echo "cli: $fails failed"
 [ $fails = 0 ]
