@@ -28,8 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "strata_lua.h"
@@ -500,11 +502,13 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
   for (long n = np - 1; n >= min_ranks && n >= model_ranks; n--) {
     long dp = n / model_ranks;
     if (n % model_ranks || *global_batch % (dp * batch) || (start > 0 && start % (dp * batch))) continue;
+    struct stat sb; /* the time lost: since the checkpoint was saved (the steps after it are redone) */
+    double lost = stat(ckpt, &sb) == 0 ? difftime(time(NULL), sb.st_mtime) : 0;
     fprintf(stderr,
             "strata: elastic: %s; relaunching on %ld rank%s (data-parallel %ld -> %ld, %ld microbatches a step, global "
-            "batch %ld) from the checkpoint of step %ld, %ld step%s to redo\n",
+            "batch %ld) from the checkpoint of step %ld, %ld step%s to redo (%.0f s lost)\n",
             failure, n, n == 1 ? "" : "s", (long)np / model_ranks, dp, *global_batch / (dp * batch), *global_batch,
-            ckpt_step, step - ckpt_step, step - ckpt_step == 1 ? "" : "s");
+            ckpt_step, step - ckpt_step, step - ckpt_step == 1 ? "" : "s", lost);
     return (int)n;
   }
   fprintf(stderr, "strata: elastic: no layout of %d - 1 ranks (elastic.min_ranks = %ld, tp x pp x sp = %ld) divides the "

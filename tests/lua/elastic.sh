@@ -44,7 +44,7 @@ lp=$!
 kill_rank1 "$d"
 wait $lp; rc=$?
 [ $rc = 0 ] || fail "elastic run: exit $rc: $(tail -3 "$d.err")"
-grep -qE "^strata: elastic: rank 1 of 2 was killed by signal 9 .* at step [0-9]+ of 3000; relaunching on 1 rank \(data-parallel 2 -> 1, 2 microbatches a step, global batch 8\) from the checkpoint of step [0-9]+, [0-9]+ steps? to redo$" "$d.err" \
+grep -qE "^strata: elastic: rank 1 of 2 was killed by signal 9 .* at step [0-9]+ of 3000; relaunching on 1 rank \(data-parallel 2 -> 1, 2 microbatches a step, global batch 8\) from the checkpoint of step [0-9]+, [0-9]+ steps? to redo \([0-9]+ s lost\)$" "$d.err" \
   || fail "elastic line: $(cat "$d.err")"
 [ "$(val "$d.out")" = "$(val "$work/ref.out")" ] && [ -n "$(val "$d.out")" ] \
   || fail "validation loss $(val "$d.out"), uninterrupted $(val "$work/ref.out")"
