@@ -30,27 +30,14 @@ static double layer_bytes(comm_t *g, tensor_ctx_t *tc, par_tp_mode_t mode, int d
     fprintf(stderr, "bench_parallel_tp3d: %s\n", err);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  int64_t r, c, s[2];
-  par_tplayer_block(L, &r, &c, NULL, NULL);
-  s[0] = r, s[1] = c;
-  tensor_t x, y, dy, dx;
-  if (tensor_alloc(tc, &x, TENSOR_F32, TENSOR_CPU, 2, s) || tensor_alloc(tc, &y, TENSOR_F32, TENSOR_CPU, 2, s) ||
-      tensor_alloc(tc, &dy, TENSOR_F32, TENSOR_CPU, 2, s) || tensor_alloc(tc, &dx, TENSOR_F32, TENSOR_CPU, 2, s) ||
-      tensor_fill_normal(tc, &x, 1, "x", NULL, 0.f, 1.f) || tensor_fill_normal(tc, &dy, 1, "dy", NULL, 0.f, 1.f))
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  par_tplayer_traffic_reset(L);
-  double t0 = MPI_Wtime();
-  if (par_tplayer_forward(L, &y, &x) || par_tplayer_backward(L, &dx, &dy)) {
+  uint64_t sent;
+  if (par_tplayer_run(L, 1, &sent, NULL, sec)) {
     fprintf(stderr, "bench_parallel_tp3d: %s\n", par_tplayer_error(L));
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  *sec = MPI_Wtime() - t0;
-  uint64_t sent;
-  par_tplayer_traffic(L, &sent, NULL);
   *partners = par_tplayer_partners(L);
   double mine = (double)sent, most;
   MPI_Allreduce(&mine, &most, 1, MPI_DOUBLE, MPI_MAX, comm_mpi(g));
-  tensor_free(tc, &x), tensor_free(tc, &y), tensor_free(tc, &dy), tensor_free(tc, &dx);
   par_tplayer_destroy(L);
   return most;
 }

@@ -465,43 +465,29 @@ static int tp_layer(lua_State *L) {
   comm_t *all = NULL, *group = NULL;
   tensor_ctx_t *tc = NULL;
   par_tplayer_t *layer = NULL;
-  tensor_t x = {0}, y = {0}, dy = {0}, dx = {0};
+  uint64_t sent = 0, recv = 0;
+  double secs = 0;
   tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
   o.threads = lstrata_threads(NULL, NULL);
   int rc = comm_from_mpi(&all, world, NULL);
   if (!rc) rc = comm_split(&group, all, rank / tp, rank);
   if (!rc) rc = tensor_ctx_create(&tc, &o);
   if (rc) snprintf(err, sizeof err, "tp_layer: cannot start its group or tensor context");
-  else if ((rc = par_tplayer_create(&layer, group, tc, &cfg, err, sizeof err)) == STRATA_OK) {
-    int64_t r, c, s[2];
-    par_tplayer_block(layer, &r, &c, NULL, NULL);
-    s[0] = r, s[1] = c;
-    if ((rc = tensor_alloc(tc, &x, TENSOR_F32, TENSOR_CPU, 2, s)) || (rc = tensor_alloc(tc, &y, TENSOR_F32, TENSOR_CPU, 2, s)) ||
-        (rc = tensor_alloc(tc, &dy, TENSOR_F32, TENSOR_CPU, 2, s)) || (rc = tensor_alloc(tc, &dx, TENSOR_F32, TENSOR_CPU, 2, s)) ||
-        (rc = tensor_fill_normal(tc, &x, cfg.seed, "x", NULL, 0.f, 1.f)) ||
-        (rc = tensor_fill_normal(tc, &dy, cfg.seed, "dy", NULL, 0.f, 1.f)))
-      snprintf(err, sizeof err, "tp_layer: %s", tensor_last_error(tc));
-  }
-  double t0 = MPI_Wtime();
-  if (!rc) par_tplayer_traffic_reset(layer);
-  for (int k = 0; k < steps && !rc; k++)
-    if ((rc = par_tplayer_forward(layer, &y, &x)) || (rc = par_tplayer_backward(layer, &dx, &dy)))
-      snprintf(err, sizeof err, "%s", par_tplayer_error(layer));
+  else if ((rc = par_tplayer_create(&layer, group, tc, &cfg, err, sizeof err)) == STRATA_OK &&
+           (rc = par_tplayer_run(layer, steps, &sent, &recv, &secs)) != STRATA_OK)
+    snprintf(err, sizeof err, "%s", par_tplayer_error(layer));
   /* every rank learns whether any failed (the first message wins) */
   int bad = rc != STRATA_OK, anybad = 0;
   MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
-  double v[4] = {0, 0, MPI_Wtime() - t0, 0}, mx[4];
+  double v[4] = {0, 0, secs / steps, 0}, mx[4];
   if (!anybad) {
-    uint64_t sent, recv;
-    par_tplayer_traffic(layer, &sent, &recv);
-    v[0] = (double)sent / steps, v[1] = (double)recv / steps, v[2] /= steps;
+    v[0] = (double)sent / steps, v[1] = (double)recv / steps;
     size_t cur, peak;
     tensor_memory(tc, TENSOR_CPU, &cur, &peak);
     v[3] = (double)peak;
   }
   MPI_Allreduce(v, mx, 4, MPI_DOUBLE, MPI_MAX, world);
   int partners = layer ? par_tplayer_partners(layer) : 0;
-  tensor_free(tc, &x), tensor_free(tc, &y), tensor_free(tc, &dy), tensor_free(tc, &dx);
   par_tplayer_destroy(layer);
   tensor_ctx_destroy(tc);
   if (group) comm_destroy(group);

@@ -193,12 +193,12 @@ void lstrata_catch_stop_signals(int rank) {
  * checkpoint, key=value lines that an elastic run's launcher reads to
  * relaunch (lstrata_elastic_next). One write, appended: ranks may fail
  * together. */
-static void elastic_record(const char *what) {
+/* Appends `head` and this rank's last complete checkpoint to the file. */
+static void elastic_write(const char *head) {
   const char *f = getenv("STRATA_ELASTIC_FILE");
   if (!f || !*f) return;
   char buf[4400];
-  int n = snprintf(buf, sizeof buf, "failure=%s\nstep=%ld\nckpt_step=%ld\nckpt=%s\n", what, status->step,
-                   status->ckpt_step, status->ckpt_path);
+  int n = snprintf(buf, sizeof buf, "%s\nckpt_step=%ld\nckpt=%s\n", head, status->ckpt_step, status->ckpt_path);
   int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0600);
   if (fd < 0) return;
   if (n > 0 && write(fd, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)) < 0) {
@@ -206,18 +206,16 @@ static void elastic_record(const char *what) {
   close(fd);
 }
 
+static void elastic_record(const char *what) {
+  char head[2600];
+  snprintf(head, sizeof head, "failure=%s\nstep=%ld", what, status->step);
+  elastic_write(head);
+}
+
 void lstrata_elastic_grow(int ranks) {
-  char what[64];
-  snprintf(what, sizeof what, "%d", ranks);
-  const char *f = getenv("STRATA_ELASTIC_FILE");
-  if (!f || !*f) return;
-  char buf[4400];
-  int n = snprintf(buf, sizeof buf, "grow=%d\nckpt_step=%ld\nckpt=%s\n", ranks, status->ckpt_step, status->ckpt_path);
-  int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0600);
-  if (fd < 0) return;
-  if (n > 0 && write(fd, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)) < 0) {
-  }
-  close(fd);
+  char head[32];
+  snprintf(head, sizeof head, "grow=%d", ranks);
+  elastic_write(head);
 }
 
 /* The value of `key` in the file's key=value lines (the last one), or "". */

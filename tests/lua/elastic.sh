@@ -18,14 +18,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 R=recipes/quickstart.lua
 run=(model.layers=1 model.hidden=32 model.heads=2 model.seq=32 data.tokens=65536 train.batch=4 optim.warmup=5
      train.eval_every=0 metrics.plot=false train.log_every=100000 train.steps=3000 checkpoint.every=500)
-# The worker of rank R of the run in DIR: the strata process of that rank whose parent (its guard) is strata too.
-worker_of() {
-  local p
-  for p in $(pgrep -f "run_dir=$2"); do
-    { tr '\0' '\n' </proc/"$p"/environ; } 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" || continue
-    grep -qx strata /proc/"$(awk '{print $4}' /proc/"$p"/stat)"/comm 2>/dev/null && { echo "$p"; return; }
-  done
-}
+. "$(dirname "$0")/ranks.sh" # worker_of, ckpt_step
 # kill_rank1 DIR: once the run in DIR has a checkpoint, SIGKILL its rank 1
 kill_rank1() {
   local i w
@@ -35,14 +28,20 @@ kill_rank1() {
   [ -n "$w" ] && kill -KILL "$w" || fail "no worker of rank 1 in $1"
 }
 val() { sed -n 's/^strata: validation loss \([0-9.]*\) nats.*/\1/p' "$1"; }
+# killed_run DIR SETTINGS...: the run with those settings, its rank 1 killed after its first checkpoint; rc its exit status
+killed_run() {
+  local d=$1 lp
+  shift
+  "$S" run -n 2 $R "${run[@]}" "$@" run_dir="$d" >"$d.out" 2>"$d.err" &
+  lp=$!
+  kill_rank1 "$d"
+  wait $lp; rc=$?
+}
 
 "$S" run -n 2 $R "${run[@]}" run_dir="$work/ref" >"$work/ref.out" 2>&1 || fail "reference run: $(tail -3 "$work/ref.out")"
 
 d=$work/el
-"$S" run -n 2 $R "${run[@]}" elastic.min_ranks=1 run_dir="$d" >"$d.out" 2>"$d.err" &
-lp=$!
-kill_rank1 "$d"
-wait $lp; rc=$?
+killed_run "$d" elastic.min_ranks=1
 [ $rc = 0 ] || fail "elastic run: exit $rc: $(tail -3 "$d.err")"
 grep -qE "^strata: elastic: rank 1 of 2 was killed by signal 9 .* at step [0-9]+ of 3000; relaunching on 1 rank \(data-parallel 2 -> 1, 2 microbatches a step, global batch 8\) from the checkpoint of step [0-9]+, [0-9]+ steps? to redo \([0-9]+ s lost\)$" "$d.err" \
   || fail "elastic line: $(cat "$d.err")"
@@ -53,10 +52,7 @@ rows=$(h5dump -d /step "$d/metrics.h5" 2>/dev/null | sed -n 's/.*DATASPACE *SIMP
 echo "elastic: relaunched on 1 rank, validation loss $(val "$d.out") as uninterrupted, $rows metrics rows"
 
 d=$work/none
-"$S" run -n 2 $R "${run[@]}" elastic.min_ranks=1 elastic.max_restarts=0 run_dir="$d" >"$d.out" 2>"$d.err" &
-lp=$!
-kill_rank1 "$d"
-wait $lp; rc=$?
+killed_run "$d" elastic.min_ranks=1 elastic.max_restarts=0
 [ $rc = 137 ] || fail "max_restarts 0: exit $rc, not 137: $(tail -3 "$d.err")"
 grep -q "^strata: elastic: 0 relaunches already (elastic.max_restarts = 0); not relaunching$" "$d.err" \
   || fail "max_restarts 0: message: $(cat "$d.err")"
@@ -73,7 +69,7 @@ lp=$!
 for ((i = 0; i < 600; i++)); do [ -n "$(worker_of 3 "$d")" ] && break; sleep 0.1; done
 [ -n "$(worker_of 3 "$d")" ] || fail "grow: no rank 3 after 60 s: $(cat "$d.err")"
 for ((i = 0; i < 600; i++)); do
-  s=$(h5dump -a /step "$d/checkpoint.h5" 2>/dev/null | sed -n 's/^ *(0): \([0-9]*\).*/\1/p')
+  s=$(ckpt_step "$d/checkpoint.h5")
   [ "${s:-0}" -gt 150 ] && break; sleep 0.1
 done
 sleep 0.3

@@ -75,6 +75,24 @@ static inline size_t local_count(par_gpt_t *m) {
   return v->offset + v->numel;
 }
 
+/* Trains the serial engine s and engine e n steps side by side, each on
+ * its data, keeping in *dl and *dg the largest relative differences of
+ * their losses and gradient norms. A failed step is a failed check naming
+ * `what`; returns 0, or -1 after one. */
+static inline int side_by_side(par_engine_t *s, par_data_t *ds, par_engine_t *e, par_data_t *de, int n,
+                               const char *what, double *dl, double *dg) {
+  for (int k = 0; k < n; k++) {
+    par_step_t a, b;
+    if (par_engine_step(s, ds, &a) || par_engine_step(e, de, &b)) {
+      CHECK(0, "%s: a step failed: %s / %s", what, par_engine_error(s), par_engine_error(e));
+      return -1;
+    }
+    *dl = fmax(*dl, fabs(a.loss - b.loss) / a.loss);
+    *dg = fmax(*dg, fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
+  }
+  return 0;
+}
+
 /* How far engine e's parameters (each rank's part) are from the serial
  * engine s's, as a share of how far s moved from p0 (its whole start), over
  * every rank (tr: the rank's place in a 1D tensor group). */

@@ -66,15 +66,11 @@ static void equiv(int tp, int zero, const char *opt) {
   double max_dl = 0, max_dg = 0;
   par_engine_get_params(s, p0);
   int tr = rank % tp;
-  for (int step = 1; step <= STEPS; step++) {
-    par_step_t a, b;
-    if (par_engine_step(s, ds, &a) || par_engine_step(e, dd, &b)) {
-      CHECK(0, "tp %d zero %d %s step %d: %s / %s", tp, zero, opt, step, par_engine_error(s), par_engine_error(e));
-      break;
-    }
-    max_dl = fmax(max_dl, fabs(a.loss - b.loss) / a.loss);
-    max_dg = fmax(max_dg, fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
-    if (step == 3 && !strcmp(opt, "adamw")) memory(e, tp, dp, zero, B);
+  char what[96];
+  snprintf(what, sizeof what, "tp %d zero %d %s", tp, zero, opt);
+  if (!side_by_side(s, ds, e, dd, 3, what, &max_dl, &max_dg)) { /* the memory after 3 steps, then the rest */
+    if (!strcmp(opt, "adamw")) memory(e, tp, dp, zero, B);
+    side_by_side(s, ds, e, dd, STEPS - 3, what, &max_dl, &max_dg);
   }
   double rel = parts_apart(s, e, p0, tr);
   CHECK(max_dl <= 1e-6 && max_dg <= 1e-5 && rel <= 1e-4,

@@ -88,16 +88,11 @@ static void equiv(par_tp_mode_t mode, int tp, int depth, int zero, const char *o
   par_data_t *ds = data(), *dd = data();
   double max_dl = 0, max_dg = 0;
   par_engine_get_params(s, p0);
-  for (int step = 1; step <= STEPS; step++) {
-    par_step_t a, b;
-    if (par_engine_step(s, ds, &a) || par_engine_step(e, dd, &b)) {
-      CHECK(0, "%s tp %d zero %d %s step %d: %s / %s", mode_name(mode), tp, zero, opt, step, par_engine_error(s),
-            par_engine_error(e));
-      break;
-    }
-    max_dl = fmax(max_dl, fabs(a.loss - b.loss) / a.loss);
-    max_dg = fmax(max_dg, fabs(a.grad_norm - b.grad_norm) / a.grad_norm);
-    if (step == 3 && !strcmp(opt, "adamw")) memory(e, mode, tp, depth, dp, zero, B);
+  char what[96];
+  snprintf(what, sizeof what, "%s tp %d zero %d %s", mode_name(mode), tp, zero, opt);
+  if (!side_by_side(s, ds, e, dd, 3, what, &max_dl, &max_dg)) { /* the memory after 3 steps, then the rest */
+    if (!strcmp(opt, "adamw")) memory(e, mode, tp, depth, dp, zero, B);
+    side_by_side(s, ds, e, dd, STEPS - 3, what, &max_dl, &max_dg);
   }
   /* one more step: the bytes on the model's tensor-parallel groups */
   par_step_t st;

@@ -93,6 +93,12 @@ STRATA_API int par_tplayer_get(par_tplayer_t *L, int i, int grad, float *whole);
 /* This rank's part of parameter i from the whole (the same on every rank). */
 STRATA_API int par_tplayer_set(par_tplayer_t *L, int i, const float *whole);
 
+/* `steps` forwards and backwards on an input and an output gradient drawn
+ * from the layer's seed (normal, unit variance), for measuring: the bytes
+ * this rank sent and received over them and their seconds (any may be
+ * NULL). Resets the traffic counters first. Collective. */
+STRATA_API int par_tplayer_run(par_tplayer_t *L, int steps, uint64_t *sent, uint64_t *recv, double *seconds);
+
 /* Bytes this rank sent and received on the layer's groups since the
  * creation or the last reset, and the distinct ranks it exchanged with. */
 STRATA_API void par_tplayer_traffic(const par_tplayer_t *L, uint64_t *sent, uint64_t *recv);

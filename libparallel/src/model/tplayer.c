@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <strata/par_tplayer.h>
 
@@ -714,6 +715,32 @@ void tpl_traffic(const tpl_mesh_t *M, uint64_t *sent, uint64_t *recv) {
 
 void par_tplayer_traffic(const par_tplayer_t *L, uint64_t *sent, uint64_t *recv) {
   tpl_traffic(L ? L->M : NULL, sent, recv);
+}
+
+int par_tplayer_run(par_tplayer_t *L, int steps, uint64_t *sent, uint64_t *recv, double *seconds) {
+  if (!L || steps < 1) return STRATA_EINVAL;
+  tpl_mesh_t *M = L->M;
+  tensor_t x = {0}, y = {0}, dy = {0}, dx = {0};
+  int rc;
+  if ((rc = alloc2(M, &x, L->rows, M->acols)) || (rc = alloc2(M, &y, L->rows, M->acols)) ||
+      (rc = alloc2(M, &dy, L->rows, M->acols)) || (rc = alloc2(M, &dx, L->rows, M->acols)))
+    goto done;
+  if ((rc = tensor_fill_normal(M->tc, &x, L->cfg.seed, "x", NULL, 0.f, 1.f)) ||
+      (rc = tensor_fill_normal(M->tc, &dy, L->cfg.seed, "dy", NULL, 0.f, 1.f))) {
+    rc = tfail(M, rc);
+    goto done;
+  }
+  par_tplayer_traffic_reset(L);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int k = 0; k < steps && !rc; k++)
+    if (!(rc = par_tplayer_forward(L, &y, &x))) rc = par_tplayer_backward(L, &dx, &dy);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (seconds) *seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+  tpl_traffic(M, sent, recv);
+done:
+  tensor_free(M->tc, &x), tensor_free(M->tc, &y), tensor_free(M->tc, &dy), tensor_free(M->tc, &dx);
+  return rc;
 }
 
 void par_tplayer_traffic_reset(par_tplayer_t *L) {
