@@ -218,22 +218,69 @@ function M.resolve_batch(cfg, size, devices)
   end
 end
 
+-- An elastic run under strata run -n N (its launcher's slots in
+-- STRATA_LAUNCH_SLOTS): the rank count it grows to once a batch warm-up
+-- reaches the global batch (cfg._grow_ranks: the most ranks, up to
+-- elastic.max_ranks and the slots, whose data-parallel microbatches divide
+-- it), and, at its first launch, settings that would leave it no layout to
+-- go on with, refused at their line.
+function M.plan_elastic(cfg, size)
+  local p, t, el, loc = cfg.parallel, cfg.train, cfg.elastic, cfg._locate
+  local mr = p.tp * p.pp * p.sp
+  local first = (os.getenv("STRATA_ELASTIC_RESTARTS") or "0") == "0"
+  local slots = tonumber(os.getenv("STRATA_LAUNCH_SLOTS") or "")
+  local from = os.getenv("STRATA_LAUNCH_SLOTS_FROM") or "the launch"
+  local function divides(n, start) -- n ranks keep the step's batch (and a warm-up's start) on whole microbatches
+    local q = n // mr * t.batch
+    return n % mr == 0 and t.global_batch % q == 0 and (not start or start % q == 0)
+  end
+  local function range(lo, hi)
+    return lo == hi and tostring(lo) or string.format("%d to %d", lo, hi)
+  end
+  local why = string.format("train.global_batch = %d into microbatches of train.batch = %d%s", t.global_batch, t.batch,
+                            mr > 1 and string.format(" on every tp x pp x sp = %d ranks", mr) or "")
+  if first and el.min_ranks > size then
+    raise(loc("elastic.min_ranks"), "elastic.min_ranks", el.min_ranks,
+          string.format("exceeds the %d rank%s the run starts on (strata run -n)", size, size == 1 and "" or "s"))
+  end
+  local top = size
+  if el.max_ranks and t.batch_start then
+    if first and slots and el.max_ranks > slots then
+      raise(loc("elastic.max_ranks"), "elastic.max_ranks", el.max_ranks,
+            string.format("exceeds the %d slots of %s", slots, from))
+    end
+    local most = slots and math.min(el.max_ranks, slots) or el.max_ranks
+    for n = most, size + 1, -1 do
+      if divides(n) then
+        cfg._grow_batch, cfg._grow_ranks, top = t.global_batch, n, n
+        break
+      end
+    end
+    if first and not cfg._grow_ranks and most > size then
+      raise(loc("elastic.max_ranks"), "elastic.max_ranks", el.max_ranks,
+            string.format("no rank count from %s divides %s: the run could not grow", range(size + 1, most), why))
+    end
+  end
+  if first then -- after a failure: fewer ranks than the run has at most
+    for n = top - 1, el.min_ranks, -1 do
+      if divides(n, top == size and t.batch_start or nil) then return end
+    end
+    if el.min_ranks >= top then
+      raise(loc("elastic.min_ranks"), "elastic.min_ranks", el.min_ranks,
+            string.format("leaves no rank to lose: the run has %d at most", top))
+    end
+    raise(loc("elastic.min_ranks"), "elastic.min_ranks", el.min_ranks,
+          string.format("no rank count from %s divides %s: the run could not go on after a failure",
+                        range(el.min_ranks, top - 1), why))
+  end
+end
+
 function M.prepare_and_train(cfg)
   local rank, size = M.world()
   M.resolve_batch(cfg, size)
   local p, t = cfg.parallel, cfg.train
   local el = cfg.elastic
-  if el.min_ranks and el.max_ranks and t.batch_start and os.getenv("STRATA_ELASTIC_FILE") then
-    -- the most ranks, up to max_ranks, whose data-parallel microbatches divide the full global batch:
-    -- the run grows to them once the warm-up reaches it
-    local mr = p.tp * p.pp * p.sp
-    for n = el.max_ranks - el.max_ranks % mr, size + 1, -mr do
-      if n > size and t.global_batch % (n // mr * t.batch) == 0 then
-        cfg._grow_batch, cfg._grow_ranks = t.global_batch, n
-        break
-      end
-    end
-  end
+  if el.min_ranks and os.getenv("STRATA_ELASTIC_FILE") then M.plan_elastic(cfg, size) end
   if el.min_ranks and rank == 0 then -- what the launcher needs to relaunch after a rank's failure
     local file = os.getenv("STRATA_ELASTIC_FILE")
     local f = file and io.open(file, "a")

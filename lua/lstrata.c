@@ -174,18 +174,51 @@ static void bufclass(lua_State *L, const char *name) {
 #define WORLD_MT "strata.world.mt" /* its metatable */
 
 typedef struct {
-  int started; /* 1: strata called MPI_Init and finalises it */
+  int started;  /* 1: strata called MPI_Init and finalises it */
+  MPI_Comm run; /* the ranks ordered by node (libcomm's placement) */
 } lworld_t;
 
 static int world_gc(lua_State *L) {
   lworld_t *w = luaL_checkudata(L, 1, WORLD_MT);
   int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && w->run != MPI_COMM_NULL && w->run != MPI_COMM_WORLD) MPI_Comm_free(&w->run);
   if (w->started) {
     MPI_Finalized(&fin);
     if (!fin) MPI_Finalize();
     w->started = 0;
   }
   return 0;
+}
+
+/* The run's ranks ordered by node, then rank (comm_node_order), so that the
+ * engine's groups of consecutive ranks (tensor parallelism) stay on a node
+ * however mpirun mapped them; rank 0 stays first. The nodes are detected
+ * (ranks sharing memory), or simulated: this rank's entry in
+ * STRATA_RANK_NODES (hosts.c), a node's id being the first rank named on it. */
+static MPI_Comm node_ordered(void) {
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) return MPI_COMM_WORLD;
+  comm_config_t cfg = COMM_CONFIG_DEFAULTS;
+  const char *list = getenv("STRATA_RANK_NODES");
+  if (list && *list) {
+    char mine[256] = "", name[256];
+    lstrata_this_node(mine, sizeof mine);
+    const char *p = list;
+    for (int j = 0; p && cfg.node_id < 0; j++) {
+      size_t len = strcspn(p, ",");
+      snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+      if (!strcmp(name, mine)) cfg.node_id = j;
+      p = p[len] ? p + len + 1 : NULL;
+    }
+  }
+  comm_t *c = NULL;
+  MPI_Comm run = MPI_COMM_NULL;
+  if (comm_from_mpi(&c, MPI_COMM_WORLD, &cfg) != STRATA_OK || comm_node_order(c, &run) != STRATA_OK)
+    run = MPI_COMM_WORLD; /* (MPI's own errors abort the job first) */
+  comm_destroy(c);
+  return run;
 }
 
 MPI_Comm lstrata_world(lua_State *L) {
@@ -195,6 +228,7 @@ MPI_Comm lstrata_world(lua_State *L) {
     MPI_Initialized(&init);
     lworld_t *w = lua_newuserdatauv(L, sizeof *w, 0);
     w->started = 0;
+    w->run = MPI_COMM_NULL;
     if (luaL_newmetatable(L, WORLD_MT)) {
       lua_pushcfunction(L, world_gc);
       lua_setfield(L, -2, "__gc");
@@ -206,11 +240,13 @@ MPI_Comm lstrata_world(lua_State *L) {
         luaL_error(L, "MPI_Init failed");
       w->started = 1;
     }
+    w->run = node_ordered();
     lua_setfield(L, LUA_REGISTRYINDEX, WORLD_KEY);
-  } else {
-    lua_pop(L, 1);
+    return w->run;
   }
-  return MPI_COMM_WORLD;
+  MPI_Comm run = ((lworld_t *)lua_touserdata(L, -1))->run;
+  lua_pop(L, 1);
+  return run;
 }
 
 /* strata.world() -> rank, size (starts MPI when needed) */

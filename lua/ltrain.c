@@ -152,7 +152,7 @@ static void progress(void *ctx, const par_progress_t *p) {
   }
   if (p->begin) {
     if (p->rank == 0 && p->start > 0) {
-      printf("strata: resumed from '%s' at step %ld\n", r->resume, p->start);
+      printf("strata: resumed from '%s' at step %ld (loaded in %.2f s)\n", r->resume, p->start, p->resume_s);
       fflush(stdout);
     }
     if (p->rank == 0 && r->resume && r->changes && r->changes[0]) { /* allowed, and said (once loaded) */

@@ -178,6 +178,21 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
     return STRATA_EXIT_USAGE;
   }
   lstrata_set_command(self, argv + i - 1, argc - i + 1);
+  lstrata_hosts_t hosts; /* the slots an elastic run may use */
+  if (np > 0 && env_size() == 0) {
+    char herr[600];
+    if (lstrata_hosts_read(&hosts, hostfile, herr, sizeof herr) != 0) {
+      fprintf(stderr, "%s\n", herr);
+      return STRATA_EXIT_USAGE;
+    }
+    if (hosts.total && np > hosts.total) {
+      char place[1024];
+      lstrata_hosts_place(&hosts, hosts.total, place, sizeof place);
+      fprintf(stderr, "strata run: -n %d is more than the %d slots of %s%s%s%s\n", np, hosts.total, hosts.source,
+              place[0] ? " (" : "", place, place[0] ? ")" : "");
+      return STRATA_EXIT_USAGE;
+    }
+  }
   if (np > 0 && env_size() == 0) {
     /* Start the ranks: mpirun -np N ... this executable run RECIPE ... */
     char **av = calloc((size_t)argc + 16, sizeof *av);
@@ -202,10 +217,22 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
     av[a++] = "none";
     av[a++] = "--stdin"; /* mpirun runs in the background: the terminal is not its */
     av[a++] = "none";
-    if (hostfile) {
+    /* Over a hostfile's machines, or simulated ones (all ranks here, each
+     * told its machine: hosts.c). A relaunch after a failure runs on the
+     * machines left: a hostfile without the failed rank's slot. */
+    char hosts_file[64], rank_nodes[8192], slots[16];
+    snprintf(hosts_file, sizeof hosts_file, ".strata-hosts-%d", (int)getpid());
+    int hostfile_at = -1;
+    if (hostfile && !hosts.simulated) {
       av[a++] = "--hostfile";
+      hostfile_at = a;
       av[a++] = (char *)hostfile;
       setenv("STRATA_LAUNCH_HOSTFILE", hostfile, 1); /* the ranks' resume command says it too */
+    }
+    if (hosts.total) {
+      snprintf(slots, sizeof slots, "%d", hosts.total);
+      setenv("STRATA_LAUNCH_SLOTS", slots, 1); /* elastic.max_ranks is checked against them */
+      setenv("STRATA_LAUNCH_SLOTS_FROM", hosts.source, 1);
     }
     if (geteuid() == 0) av[a++] = "--allow-run-as-root";
     av[a++] = exe;
@@ -215,16 +242,35 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
     /* Elastic runs (the recipe's elastic settings): the ranks record a
      * failure and the last checkpoint in this file, and the run goes on from
      * there on the ranks left, with the same global batch. */
-    char efile[64], ckpt[4200], resume[4300], gbatch[64], bstart[64];
-    snprintf(efile, sizeof efile, "/tmp/strata-elastic-%d", (int)getpid());
+    /* The file is in the current folder, which mpirun starts every rank in:
+     * on several machines a shared file system, as the checkpoints need. */
+    char efile[4200], cwd[4096], ckpt[4200], resume[4300], gbatch[64], bstart[64], restarted[16];
+    if (!getcwd(cwd, sizeof cwd) || access(cwd, W_OK) != 0) snprintf(cwd, sizeof cwd, "/tmp");
+    snprintf(efile, sizeof efile, "%s/.strata-elastic-%d", cwd, (int)getpid());
     setenv("STRATA_ELASTIC_FILE", efile, 1);
     int status = 0, tail = a, warm_done = 0;
     for (int restarts = 0;; restarts++) {
       unlink(efile);
+      snprintf(restarted, sizeof restarted, "%d", restarts);
+      setenv("STRATA_ELASTIC_RESTARTS", restarted, 1);
+      if (hosts.simulated) {
+        lstrata_hosts_rank_nodes(&hosts, np, rank_nodes, sizeof rank_nodes);
+        setenv("STRATA_RANK_NODES", rank_nodes, 1);
+      }
       status = lstrata_launch(av);
       long gb = 0;
-      int next = plan ? 0 : lstrata_elastic_next(efile, status, np, restarts, warm_done, ckpt, sizeof ckpt, &gb);
+      int next =
+          plan ? 0 : lstrata_elastic_next(efile, status, np, restarts, warm_done, &hosts, ckpt, sizeof ckpt, &gb);
       if (next <= 0) break;
+      if (hostfile_at >= 0 && next < np) { /* the machines left */
+        if (lstrata_hosts_write(&hosts, hosts_file) != 0) {
+          fprintf(stderr, "strata: elastic: cannot write %s: %s; not relaunching\n", hosts_file, strerror(errno));
+          break;
+        }
+        av[hostfile_at] = hosts_file;
+      }
+      snprintf(slots, sizeof slots, "%d", hosts.total);
+      if (hosts.total) setenv("STRATA_LAUNCH_SLOTS", slots, 1);
       if (next > np) warm_done = 1; /* grown: the warm-up is over, the batch the global batch from here on */
       int grown = warm_done;
       np = next;
@@ -244,6 +290,7 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
       av[w] = NULL;
     }
     unlink(efile);
+    if (hostfile_at >= 0) unlink(hosts_file);
     free(av);
     return status;
   }

@@ -146,9 +146,37 @@ static int stop_quiet;
 
 volatile sig_atomic_t *lstrata_stop_flag(void) { return &stop_flag; }
 
+/* The ranks' records under strata run -n (STRATA_ELASTIC_FILE), read from on_stop. */
+static char elastic_file[4200];
+
+/* 1 when the elastic records hold a rank's failure (async-signal-safe). */
+static int failure_recorded(void) {
+  static char text[16384];
+  static const char key[] = "\nfailure=";
+  if (!elastic_file[0]) return 0;
+  int fd = open(elastic_file, O_RDONLY);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, text, sizeof text);
+  close(fd);
+  for (ssize_t i = 0; i + (ssize_t)sizeof key - 1 <= n; i++) {
+    size_t k = 0;
+    while (k < sizeof key - 1 && text[i + (ssize_t)k] == key[k]) k++;
+    if (k == sizeof key - 1) return 1;
+  }
+  return 0;
+}
+
 static void on_stop(int sig) {
   static const char msg[] =
       "\nstrata: stopping after this step and saving a checkpoint (interrupt again to stop at once)\n";
+  /* mpirun ending the job after a rank's failure (recorded by its guard
+   * under strata run -n): the job is lost, its last checkpoint on disk, so
+   * this rank ends now rather than after its step (an elastic relaunch
+   * starts that much sooner). */
+  if (sig == SIGTERM && failure_recorded()) {
+    status->reported = 1; /* (its guard stays silent) */
+    _exit(STRATA_EXIT_FAIL);
+  }
   if (stop_flag) { /* the second: at once, as if not caught */
     signal(sig, SIG_DFL);
     raise(sig);
@@ -182,6 +210,8 @@ void lstrata_catch_stop_signals(int rank) {
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   stop_quiet = rank != 0 || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+  const char *ef = getenv("STRATA_ELASTIC_FILE");
+  snprintf(elastic_file, sizeof elastic_file, "%s", ef ? ef : "");
   int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
   for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
 }
@@ -197,8 +227,10 @@ void lstrata_catch_stop_signals(int rank) {
 static void elastic_write(const char *head) {
   const char *f = getenv("STRATA_ELASTIC_FILE");
   if (!f || !*f) return;
-  char buf[4400];
-  int n = snprintf(buf, sizeof buf, "%s\nckpt_step=%ld\nckpt=%s\n", head, status->ckpt_step, status->ckpt_path);
+  char buf[4700], node[256];
+  lstrata_this_node(node, sizeof node);
+  int n = snprintf(buf, sizeof buf, "%s\nnode=%s\nckpt_step=%ld\nckpt=%s\n", head, node, status->ckpt_step,
+                   status->ckpt_path);
   int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0600);
   if (fd < 0) return;
   if (n > 0 && write(fd, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)) < 0) {
@@ -450,8 +482,8 @@ int lstrata_launch(char **av) {
   return WEXITSTATUS(ws);
 }
 
-int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done, char *ckpt,
-                         size_t ckpt_n, long *global_batch) {
+int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done,
+                         lstrata_hosts_t *hs, char *ckpt, size_t ckpt_n, long *global_batch) {
   if (status_code == 0 || status_code == 2 || interrupts) return 0; /* done, bad input, stopped by the user */
   FILE *f = fopen(file, "r");
   if (!f) return 0;
@@ -459,7 +491,7 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
   size_t len = fread(text, 1, sizeof text - 1, f);
   fclose(f);
   text[len] = 0;
-  char v[4200], failure[2400];
+  char v[4200], failure[2400], node[256], place[1024] = "";
   elastic_value(text, "min_ranks", v, sizeof v);
   if (!v[0]) return 0; /* not an elastic run */
   long min_ranks = atol(v), max_restarts, batch, model_ranks, ckpt_step, step;
@@ -475,12 +507,15 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
   elastic_value(text, "ckpt", ckpt, ckpt_n);
   elastic_value(text, "grow", v, sizeof v);
   long grow = atol(v);
+  elastic_value(text, "node", node, sizeof node);
   if (grow > 0 && status_code == STRATA_EXIT_STOPPED && ckpt_step >= 0 && ckpt[0]) { /* stopped to grow */
+    if (hs->n) lstrata_hosts_place(hs, (int)grow, place, sizeof place);
     fprintf(stderr,
-            "strata: elastic: relaunching on %ld ranks (data-parallel %ld -> %ld, %ld microbatch%s a step, global batch "
-            "%ld) from the checkpoint of step %ld\n",
-            grow, (long)np / model_ranks, grow / model_ranks, *global_batch / (grow / model_ranks * batch),
-            *global_batch / (grow / model_ranks * batch) == 1 ? "" : "es", *global_batch, ckpt_step);
+            "strata: elastic: relaunching on %ld ranks%s%s (data-parallel %ld -> %ld, %ld microbatch%s a step, global "
+            "batch %ld) from the checkpoint of step %ld\n",
+            grow, place[0] ? " over " : "", place, (long)np / model_ranks, grow / model_ranks,
+            *global_batch / (grow / model_ranks * batch), *global_batch / (grow / model_ranks * batch) == 1 ? "" : "es",
+            *global_batch, ckpt_step);
     return (int)grow;
   }
   if (!failure[0]) return 0; /* ended without a rank's failure: nothing to relaunch from */
@@ -493,24 +528,30 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
             restarts == 1 ? "" : "es", max_restarts);
     return 0;
   }
-  /* The failed rank's place is lost: the largest layout of the others with
-   * the same tensor, pipeline and sequence degrees whose data-parallel
-   * microbatches divide the global batch, so that the step, its batch and
-   * its learning rate stay what they were. */
-  for (long n = np - 1; n >= min_ranks && n >= model_ranks; n--) {
+  /* The failed rank's place is lost (its slot on its machine): the largest
+   * layout of the others with the same tensor, pipeline and sequence
+   * degrees whose data-parallel microbatches divide the global batch, so
+   * that the step, its batch and its learning rate stay what they were. */
+  if (hs->total) lstrata_hosts_drop(hs, node);
+  long top = np - 1;
+  if (hs->total && hs->total < top) top = hs->total;
+  for (long n = top; n >= min_ranks && n >= model_ranks; n--) {
     long dp = n / model_ranks;
     if (n % model_ranks || *global_batch % (dp * batch) || (start > 0 && start % (dp * batch))) continue;
     struct stat sb; /* the time lost: since the checkpoint was saved (the steps after it are redone) */
     double lost = stat(ckpt, &sb) == 0 ? difftime(time(NULL), sb.st_mtime) : 0;
+    if (hs->n) lstrata_hosts_place(hs, (int)n, place, sizeof place);
     fprintf(stderr,
-            "strata: elastic: %s; relaunching on %ld rank%s (data-parallel %ld -> %ld, %ld microbatches a step, global "
-            "batch %ld) from the checkpoint of step %ld, %ld step%s to redo (%.0f s lost)\n",
-            failure, n, n == 1 ? "" : "s", (long)np / model_ranks, dp, *global_batch / (dp * batch), *global_batch,
-            ckpt_step, step - ckpt_step, step - ckpt_step == 1 ? "" : "s", lost);
+            "strata: elastic: %s%s%s; relaunching on %ld rank%s%s%s (data-parallel %ld -> %ld, %ld microbatches a step, "
+            "global batch %ld) from the checkpoint of step %ld, %ld step%s to redo (%.0f s lost)\n",
+            failure, hs->n && node[0] ? " on " : "", hs->n ? node : "", n, n == 1 ? "" : "s", place[0] ? " over " : "",
+            place, (long)np / model_ranks, dp, *global_batch / (dp * batch), *global_batch, ckpt_step,
+            step - ckpt_step, step - ckpt_step == 1 ? "" : "s", lost);
     return (int)n;
   }
-  fprintf(stderr, "strata: elastic: no layout of %d - 1 ranks (elastic.min_ranks = %ld, tp x pp x sp = %ld) divides the "
-                  "global batch %ld into microbatches of %ld; not relaunching\n",
-          np, min_ranks, model_ranks, *global_batch, batch);
+  fprintf(stderr, "strata: elastic: no layout of %ld ranks or fewer (elastic.min_ranks = %ld, tp x pp x sp = %ld%s%s) "
+                  "divides the global batch %ld into microbatches of %ld; not relaunching\n",
+          top, min_ranks, model_ranks, hs->total ? ", slots left in " : "", hs->total ? hs->source : "",
+          *global_batch, batch);
   return 0;
 }

@@ -132,10 +132,10 @@ local sections = {
   },
   elastic = {
     min_ranks = {t = INT, min = 1, max = 1 << 20,
-                 doc = "an elastic run (strata run -n N): when a rank fails after a checkpoint, the launcher relaunches on the ranks left (as few as this) from it, with the same global batch and learning rate"},
+                 doc = "an elastic run (strata run -n N): when a rank fails after a checkpoint, the launcher relaunches on the ranks left (as few as this; the failed rank's slot leaves its machine) from it, with the same global batch and learning rate"},
     max_restarts = {t = INT, min = 0, max = 1000, default = 3, doc = "relaunches an elastic run makes at most"},
     max_ranks = {t = INT, min = 1, max = 1 << 20,
-                 doc = "with a batch warm-up (train.batch_start): when the global batch reaches train.global_batch, the run stops with a checkpoint and the launcher relaunches it on up to this many ranks (the most whose microbatches divide the batch)"},
+                 doc = "with a batch warm-up (train.batch_start): when the global batch reaches train.global_batch, the run stops with a checkpoint and the launcher relaunches it on up to this many ranks (the most whose microbatches divide the batch; at most the slots of strata run's hostfile or Slurm allocation)"},
   },
   plan = {
     cluster = {t = STR, also_type = "table",
@@ -335,6 +335,9 @@ local function check_unread(c, loc, given)
   decider = "elastic.min_ranks"
   if not c.elastic.min_ranks then
     for _, k in ipairs{"max_restarts", "max_ranks"} do unread("elastic." .. k, "without elastic.min_ranks (not an elastic run)") end
+  elseif c.elastic.max_ranks and c.elastic.min_ranks > c.elastic.max_ranks then
+    raise(loc("elastic.min_ranks"), "elastic.min_ranks", c.elastic.min_ranks,
+          string.format("exceeds elastic.max_ranks = %d", c.elastic.max_ranks))
   end
   decider = "parallel.tp_mode"
   if c.parallel.tp_mode ~= "2.5d" then

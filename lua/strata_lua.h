@@ -51,14 +51,40 @@ volatile sig_atomic_t *lstrata_stop_flag(void);
 /* `strata run -n N`: runs mpirun (argv av) in its own process group and
  * turns interrupts into a stop of every rank; returns mpirun's status. */
 int lstrata_launch(char **av);
+/* The machines of `strata run -n N` (hosts.c): a hostfile's or a Slurm
+ * allocation's slots; none known (total 0): this machine, without limit. */
+#define LSTRATA_MAX_HOSTS 256
+typedef struct {
+  struct {
+    char name[256];
+    int slots;
+  } h[LSTRATA_MAX_HOSTS];
+  int n;         /* machines named (0 under Slurm: the count alone) */
+  int total;     /* slots in all; 0: unknown */
+  int simulated; /* STRATA_SIMULATE_NODES=1: the hostfile's machines simulated on this one */
+  char source[320]; /* "hostfile FILE", "the Slurm allocation (...)" */
+} lstrata_hosts_t;
+/* Reads the hostfile (NULL: the Slurm allocation, if any); -1 with a line in err. */
+int lstrata_hosts_read(lstrata_hosts_t *hs, const char *hostfile, char *err, size_t errn);
+/* Where np ranks sit, filling the slots in order: "node1 8, node2 4". */
+void lstrata_hosts_place(const lstrata_hosts_t *hs, int np, char *out, size_t n);
+/* The machines of ranks 0..np-1, separated by commas (STRATA_RANK_NODES). */
+void lstrata_hosts_rank_nodes(const lstrata_hosts_t *hs, int np, char *out, size_t n);
+/* A rank on `node` was lost: one slot fewer there; 1 if one was taken. */
+int lstrata_hosts_drop(lstrata_hosts_t *hs, const char *node);
+/* This rank's machine: its STRATA_RANK_NODES entry (simulated), else the host name. */
+void lstrata_this_node(char *out, size_t n);
+/* Writes the machines with slots left as a hostfile; -1 on failure. */
+int lstrata_hosts_write(const lstrata_hosts_t *hs, const char *path);
 /* After a launch that ended with status_code: for an elastic run whose rank
  * failed or that stopped to grow (the ranks' records in `file`), the rank
  * count to relaunch on from the last checkpoint (its path into ckpt, the
  * run's global batch into *global_batch), with the reason on stderr; 0: no
  * relaunch (said why when an elastic run cannot go on). warm_done: a batch
- * warm-up is over (after a growth), so it no longer constrains the layout. */
-int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done, char *ckpt,
-                         size_t ckpt_n, long *global_batch);
+ * warm-up is over (after a growth), so it no longer constrains the layout.
+ * hs: the machines; a failed rank's slot leaves them. */
+int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done,
+                         lstrata_hosts_t *hs, char *ckpt, size_t ckpt_n, long *global_batch);
 /* An elastic run that stopped to grow (rank 0): records the ranks to
  * relaunch on and the checkpoint just saved for the launcher. */
 void lstrata_elastic_grow(int ranks);

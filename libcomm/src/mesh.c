@@ -45,15 +45,12 @@ static int node_of_rank(comm_t *c, int *node) {
   return mrc == MPI_SUCCESS ? STRATA_OK : comm_fail_mpi(c, mrc, "mesh: agreeing on node ids");
 }
 
-static int placement(comm_mesh_t *m, int node_order) {
-  comm_t *c = m->base;
+/* The placement order of c's ranks: by node (when node_order), then by
+ * rank. placement[i] is the rank at position i; *index this rank's position. */
+static int place(comm_t *c, int node_order, int *placement, int *index) {
   int node = 0, rc, mrc;
   int *pairs = malloc(sizeof(int) * 2 * (size_t)c->size);
-  m->placement = malloc(sizeof(int) * (size_t)c->size);
-  if (!pairs || !m->placement) {
-    free(pairs);
-    return comm_fail(c, STRATA_ENOMEM, "mesh: out of memory");
-  }
+  if (!pairs) return comm_fail(c, STRATA_ENOMEM, "mesh: out of memory");
   if (node_order && (rc = node_of_rank(c, &node)) != STRATA_OK) {
     free(pairs);
     return rc;
@@ -64,13 +61,31 @@ static int placement(comm_mesh_t *m, int node_order) {
     return comm_fail_mpi(c, mrc, "mesh: gathering placement");
   }
   qsort(pairs, (size_t)c->size, 2 * sizeof(int), cmp_node_rank);
-  int index = 0;
   for (int i = 0; i < c->size; i++) {
-    m->placement[i] = pairs[2 * i + 1];
-    if (pairs[2 * i + 1] == c->rank) index = i;
+    if (placement) placement[i] = pairs[2 * i + 1];
+    if (pairs[2 * i + 1] == c->rank) *index = i;
   }
   free(pairs);
+  return STRATA_OK;
+}
+
+static int placement(comm_mesh_t *m, int node_order) {
+  comm_t *c = m->base;
+  int index = 0, rc;
+  if (!(m->placement = malloc(sizeof(int) * (size_t)c->size)))
+    return comm_fail(c, STRATA_ENOMEM, "mesh: out of memory");
+  if ((rc = place(c, node_order, m->placement, &index)) != STRATA_OK) return rc;
   for (int a = 0; a < m->naxes; a++) m->coords[a] = (index / m->stride[a]) % m->sizes[a];
+  return STRATA_OK;
+}
+
+int comm_node_order(comm_t *c, MPI_Comm *out) {
+  int index = 0, rc, mrc;
+  if (!c || !out) return STRATA_EINVAL;
+  *out = MPI_COMM_NULL;
+  if ((rc = place(c, 1, NULL, &index)) != STRATA_OK) return rc;
+  if ((mrc = MPI_Comm_split(c->mpi, 0, index, out)) != MPI_SUCCESS)
+    return comm_fail_mpi(c, mrc, "ordering the ranks by node");
   return STRATA_OK;
 }
 

@@ -3,7 +3,8 @@
  *    digits of the rank; every group holds exactly the ranks that share the
  *    other coordinates (computed here from the rank arithmetic).
  * 2. Simulated round-robin mapping over two nodes (node = rank % 2): every
- *    innermost (tp) group lies on a single node.
+ *    innermost (tp) group lies on a single node, and comm_node_order puts
+ *    node 0's ranks before node 1's.
  * 3. A mesh that does not fit is refused with the numbers in the message. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,18 @@ static void check_two_nodes(comm_t *world) {
   if (comm_mesh_create(&m, c, 2, names, sizes, &mc) == STRATA_OK) {
     if (comm_mesh_coord(m, "tp") != rank % (size / 2)) FAIL("node_order=0: tp coord wrong");
     comm_mesh_destroy(m);
+  }
+  /* comm_node_order: node 0's ranks (the even ones) first, then node 1's,
+   * each by rank: position p holds rank 2p (p < size/2), else 2(p - size/2) + 1 */
+  MPI_Comm placed;
+  int pr = -1;
+  if (comm_node_order(c, &placed) != STRATA_OK) {
+    FAIL("comm_node_order: %s", comm_last_error(c));
+  } else {
+    MPI_Comm_rank(placed, &pr);
+    int want = rank % 2 == 0 ? rank / 2 : size / 2 + rank / 2;
+    if (pr != want) FAIL("comm_node_order: rank %d at position %d, want %d", rank, pr, want);
+    MPI_Comm_free(&placed);
   }
   comm_destroy(c);
 }

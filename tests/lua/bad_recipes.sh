@@ -3,6 +3,8 @@
 #   -- expect: STATUS MESSAGE      (exit status, a substring of the error line)
 #   -- command: plan               (optional: `strata plan` instead of `strata run`)
 #   -- args: key=value ...         (optional command-line overrides)
+#   -- launch: -n N [--hostfile F] (optional: strata's own launch; hostfile
+#                                   hosts4 holds two simulated machines of 2 slots)
 # and must make `strata run` (or `strata plan`) print exactly one line on
 # stderr containing MESSAGE and exit with STATUS, without writing anything
 # under runs/.
@@ -14,6 +16,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/strata-bad-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fails=0; n=0
+printf 'nodeA slots=2\nnodeB slots=2\n' >"$work/hosts4"
+export STRATA_SIMULATE_NODES=1 # (only hostfiles name machines)
 
 check() { # name, expected status, expected substring, command...
   local name=$1 want=$2 msg=$3; shift 3
@@ -34,16 +38,22 @@ check() { # name, expected status, expected substring, command...
 for f in "$here"/bad/*.lua; do
   want=$(sed -n '1s/^-- expect: \([0-9]*\) .*/\1/p' "$f")
   msg=$(sed -n '1s/^-- expect: [0-9]* \(.*\)/\1/p' "$f")
-  args=$(sed -n '2,3s/^-- args: //p' "$f")
-  cmd=$(sed -n '2,3s/^-- command: //p' "$f")
+  args=$(sed -n '2,4s/^-- args: //p' "$f")
+  cmd=$(sed -n '2,4s/^-- command: //p' "$f")
+  launch=$(sed -n '2,4s/^-- launch: //p' "$f")
   # shellcheck disable=SC2086
-  check "$(basename "$f")" "$want" "$msg" "$S" "${cmd:-run}" "$f" $args
+  check "$(basename "$f")" "$want" "$msg" "$S" "${cmd:-run}" $launch "$f" $args
 done
 check "unknown command" 2 "strata: unknown command 'trian' (commands: run, plan, sample, eval, convert, info, plot, help, version)" "$S" trian
 check "no recipe" 2 "strata run: no recipe given" "$S" run
 check "missing recipe" 2 "strata run: cannot read recipe 'nope.lua': No such file or directory" "$S" run nope.lua
 check "override without =" 2 "strata run: 'steps' is not a key=value override" "$S" run "$here/bad/fanout_zero.lua" steps
 check "bad -n" 2 "strata run: -n needs a positive number of ranks" "$S" run -n zero x.lua
+check "more ranks than slots" 2 "strata run: -n 6 is more than the 4 slots of hostfile hosts4 (nodeA 2, nodeB 2)" \
+  "$S" run -n 6 --hostfile hosts4 "$here/bad/fanout_zero.lua"
+printf 'nodeA slots=two\n' >"$work/badhosts"
+check "bad slots" 2 "strata run: badhosts:1: 'slots=two': slots must be a positive number" \
+  "$S" run -n 2 --hostfile badhosts "$here/bad/fanout_zero.lua"
 check "plot missing file" 1 "strata plot: metrics 'none.h5': No such file or directory" "$S" plot none.h5 -o x.png
 check "plot without -o" 2 "strata plot: usage" "$S" plot m.h5
 # Under mpirun (2 ranks) the error is still one line, once, with the same status.

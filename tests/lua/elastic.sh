@@ -6,7 +6,8 @@
 # global batch the same on 1 rank as on 2, tests/train/zero_equiv.c
 # comparing such runs to 1e-6) with every step in its one metrics file.
 # elastic.max_restarts = 0 ends it with the failure's status instead. With
-# elastic.max_ranks and a batch warm-up the run also grows: 2 -> 4 -> 3.
+# elastic.max_ranks and a batch warm-up the run also grows: 2 -> 4 -> 3 over
+# two simulated machines, and 1 -> 4 as a run on 4 ranks from the start.
 set -u
 BUILD=${BUILD:-build}
 S=$(cd "$BUILD/bin" && pwd)/strata
@@ -57,14 +58,18 @@ killed_run "$d" elastic.min_ranks=1 elastic.max_restarts=0
 grep -q "^strata: elastic: 0 relaunches already (elastic.max_restarts = 0); not relaunching$" "$d.err" \
   || fail "max_restarts 0: message: $(cat "$d.err")"
 echo "elastic: max_restarts 0 ends with the failure"
-# Growth with the batch: 2 ranks through a batch warm-up (8 to 48 over 150
-# steps), 4 once the batch is 48 (elastic.max_ranks), then 3 after rank 1
-# of the 4 is killed (48 = 3 x 4 x 4): the same validation loss as the
-# uninterrupted run on 2 ranks.
+# Growth with the batch over two machines, simulated on this one (each
+# rank told its machine: lua/hosts.c): 2 ranks on nodeA through a batch
+# warm-up (8 to 48 over 150 steps), 4 over both machines once the batch is
+# 48 (elastic.max_ranks), then 3 after rank 1 of the 4, on nodeA, is
+# killed (48 = 3 x 4 x 4): nodeA keeps one slot. The same validation loss
+# as the uninterrupted run on 2 ranks.
+printf 'nodeA slots=2\nnodeB slots=2\n' >"$work/hosts"
 grow=(train.steps=1000 train.batch_start=8 train.batch_warmup=150 train.global_batch=48)
 "$S" run -n 2 $R "${run[@]}" "${grow[@]}" run_dir="$work/gref" >"$work/gref.out" 2>&1 || fail "grow reference: $(tail -3 "$work/gref.out")"
 d=$work/grow
-"$S" run -n 2 $R "${run[@]}" "${grow[@]}" elastic.min_ranks=1 elastic.max_ranks=4 run_dir="$d" >"$d.out" 2>"$d.err" &
+STRATA_SIMULATE_NODES=1 "$S" run -n 2 --hostfile "$work/hosts" $R "${run[@]}" "${grow[@]}" elastic.min_ranks=1 \
+  elastic.max_ranks=4 run_dir="$d" >"$d.out" 2>"$d.err" &
 lp=$!
 for ((i = 0; i < 600; i++)); do [ -n "$(worker_of 3 "$d")" ] && break; sleep 0.1; done
 [ -n "$(worker_of 3 "$d")" ] || fail "grow: no rank 3 after 60 s: $(cat "$d.err")"
@@ -78,11 +83,28 @@ w=$(worker_of 1 "$d")
 wait $lp; rc=$?
 [ $rc = 0 ] || fail "grow: exit $rc: $(tail -3 "$d.err")"
 grep -q "^strata: elastic: the global batch reaches 48 after step 150: stopping to grow to 4 ranks$" "$d.err" &&
-  grep -q "^strata: elastic: relaunching on 4 ranks (data-parallel 2 -> 4, 3 microbatches a step, global batch 48) from the checkpoint of step 150$" "$d.err" &&
-  grep -qE "^strata: elastic: rank 1 of 4 was killed by signal 9 .*; relaunching on 3 ranks \(data-parallel 4 -> 3, 4 microbatches a step, global batch 48\)" "$d.err" \
+  grep -q "^strata: elastic: relaunching on 4 ranks over nodeA 2, nodeB 2 (data-parallel 2 -> 4, 3 microbatches a step, global batch 48) from the checkpoint of step 150$" "$d.err" &&
+  grep -qE "^strata: elastic: rank 1 of 4 was killed by signal 9 .* on nodeA; relaunching on 3 ranks over nodeA 1, nodeB 2 \(data-parallel 4 -> 3, 4 microbatches a step, global batch 48\)" "$d.err" \
   || fail "grow: messages: $(cat "$d.err")"
 [ "$(val "$d.out")" = "$(val "$work/gref.out")" ] && [ -n "$(val "$d.out")" ] \
   || fail "grow: validation loss $(val "$d.out"), uninterrupted $(val "$work/gref.out")"
-echo "elastic: 2 -> 4 -> 3 ranks, validation loss $(val "$d.out") as uninterrupted"
+echo "elastic: 2 -> 4 -> 3 ranks over two simulated machines, validation loss $(val "$d.out") as uninterrupted"
+
+# A batch schedule of 8 -> 32 sequences (microbatches of 2, the batch growing
+# by 8 whatever the ranks) grows a run from 1 rank to 4; over the steps after
+# the change its losses are those of a run on 4 ranks from the start
+# (close_losses.lua: the tolerance argued there).
+sched=(train.steps=300 train.batch=2 train.batch_start=8 train.batch_increment=8 train.batch_warmup=100 train.global_batch=32
+       checkpoint.every=50)
+"$S" run -n 4 $R "${run[@]}" "${sched[@]}" run_dir="$work/fixed4" >"$work/fixed4.out" 2>&1 || fail "4 ranks: $(tail -3 "$work/fixed4.out")"
+d=$work/one2four
+"$S" run -n 1 $R "${run[@]}" "${sched[@]}" elastic.min_ranks=1 elastic.max_ranks=4 run_dir="$d" >"$d.out" 2>"$d.err" \
+  || fail "1 -> 4: exit $?: $(tail -3 "$d.err")"
+at=$(sed -n 's/^strata: elastic: the global batch reaches 32 after step \([0-9]*\): stopping to grow to 4 ranks$/\1/p' "$d.err")
+grep -q "^strata: elastic: relaunching on 4 ranks (data-parallel 1 -> 4, 4 microbatches a step, global batch 32) from the checkpoint of step $at$" "$d.err" \
+  || fail "1 -> 4: messages: $(cat "$d.err")"
+"$S" run tests/lua/close_losses.lua a="$d/metrics.h5" b="$work/fixed4/metrics.h5" after="${at:-0}" >"$d.cmp" 2>&1 \
+  || fail "1 -> 4: losses after step $at: $(tail -2 "$d.cmp")"
+echo "elastic: 1 -> 4 ranks at step $at; $(cat "$d.cmp")"
 echo "elastic: $fails failed"
 [ $fails = 0 ]

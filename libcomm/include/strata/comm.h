@@ -268,6 +268,14 @@ STRATA_API int comm_mesh_axis_size(const comm_mesh_t *m, const char *axis);
 STRATA_API int comm_mesh_rank_at(const comm_mesh_t *m, const int *coords, int *rank);
 STRATA_API const char *comm_mesh_last_error(const comm_mesh_t *m);
 
+/* A new communicator (the caller frees it) with c's ranks in the order
+ * meshes place them: by node (c's configured node_id, else the lowest rank
+ * sharing memory with it), then by rank. A run built on it keeps groups of
+ * consecutive ranks (tensor parallelism) inside a node however the
+ * launcher mapped the ranks to nodes; rank 0 stays first when its node has
+ * the lowest id (always so with detected ids). Collective. */
+STRATA_API int comm_node_order(comm_t *c, MPI_Comm *out);
+
 #ifdef __cplusplus
 }
 #endif

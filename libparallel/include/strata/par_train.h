@@ -344,6 +344,7 @@ typedef struct {
   long last_ckpt_step;       /* the latest complete checkpoint (-1: none yet) */
   double loss_scale;         /* fp16: this step's loss scale (1 otherwise) */
   long overflows;            /* fp16: steps of this run skipped for an overflow so far */
+  double resume_s;           /* begin after a resume: the seconds the checkpoint took to load */
 } par_progress_t;
 
 typedef struct {

@@ -268,9 +268,13 @@ static int run(loop_t *lp, par_train_result_t *res) {
   const double lr_ref = o->lr_batch > 0 ? o->lr_batch : (double)bs.end;
   int scheduled = bs.start != bs.end || o->lr_rule != OPTIM_LR_RULE_NONE;
   long batch_now = e->layout.global_batch;
+  double resume_s = 0;
   if (o->resume) {
     res->fail_phase = "resume";
-    if ((rc = par_engine_load(e, o->resume, lp->data, &start)) != STRATA_OK) {
+    double tl = engine_now();
+    rc = par_engine_load(e, o->resume, lp->data, &start);
+    resume_s = engine_now() - tl;
+    if (rc != STRATA_OK) {
       char why[sizeof e->err];
       snprintf(why, sizeof why, "%s", e->err);
       return engine_fail(e, e->err_all, rc, "cannot resume: %s", why);
@@ -307,7 +311,7 @@ static int run(loop_t *lp, par_train_result_t *res) {
   par_progress_t p = {.rank = e->wrank, .ranks = e->wsize, .step = start, .steps = o->steps,
                       .start = start, .loss = NAN, .val_loss = NAN, .last_val_loss = NAN,
                       .lr = NAN, .grad_norm = NAN, .last_ckpt_step = res->last_ckpt_step,
-                      .begin = 1};
+                      .begin = 1, .resume_s = resume_s};
   if (o->progress) o->progress(o->ctx, &p);
   p.begin = 0;
   for (long step = start + 1; step <= o->steps; step++) {
