@@ -22,8 +22,11 @@ int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
 int tcu_device_count(void);
 void tcu_ctx_destroy(tensor_ctx_t *ctx);
 int tcu_sync(tensor_ctx_t *ctx);
-int tcu_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device);
-void tcu_free(tensor_ctx_t *ctx, void *p, int device);
+/* A segment of device memory for the context's pool (alloc.cu): cudaMalloc
+ * on `device`; STRATA_ENOMEM when the device is full (the CUDA error cleared,
+ * so that the pool may retry), STRATA_EUNSUPPORTED without such a device. */
+int tcu_reserve(tensor_ctx_t *ctx, int device, void **p, size_t bytes);
+void tcu_release(int device, void *p);
 /* Copies between any two devices (TENSOR_CPU for host). */
 int tcu_memcpy(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes);
 int tcu_memset0(tensor_ctx_t *ctx, void *p, size_t bytes, int device);

@@ -6,13 +6,27 @@
 #include <stdarg.h>
 #include <strata/tensor.h>
 
+#include "devpool.h"
+
 #define TENSOR_ERRLEN 512
 #define TENSOR_SCRATCH_SLOTS 64
+
+/* One CUDA device's memory as a context sees it: the caching pool (NULL
+ * until the first allocation there, or always with direct allocation) and
+ * what its backend callbacks need. */
+typedef struct {
+  tensor_ctx_t *ctx;
+  int device;
+  tpool_t *pool;
+} tensor_devmem_t;
 
 struct tensor_ctx {
   int threads;
   int device;
   int bf16_matmul;
+  int cuda_alloc;         /* TENSOR_CUDA_ALLOC_CACHE or _DIRECT; -1: a bad STRATA_CUDA_ALLOC */
+  char cuda_alloc_env[32]; /* that bad value, for the message */
+  tensor_devmem_t devmem[TENSOR_MAX_DEVICES];
   atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
   size_t mem_limit[TENSOR_MAX_DEVICES + 1];          /* 0: none (tensor_memory_set_limit) */
@@ -60,6 +74,15 @@ int tensor_same_shape(const tensor_t *a, const tensor_t *b);
 static inline int mem_slot(int device) { return device + 1; }
 void tensor_mem_add(tensor_ctx_t *ctx, int device, size_t bytes);
 void tensor_mem_sub(tensor_ctx_t *ctx, int device, size_t bytes);
+
+/* Device memory through the context's pool for `device` (devmem.c): the
+ * caching allocator, or cudaMalloc/cudaFree per call with direct allocation.
+ * Not counted by the accountant (tensor_alloc does that). */
+int tensor_device_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device);
+void tensor_device_free(tensor_ctx_t *ctx, void *p, int device);
+/* Gives every pool's memory back (at context destruction). */
+void tensor_device_pools_destroy(tensor_ctx_t *ctx);
+void tensor_device_reset_peak(tensor_ctx_t *ctx, int device);
 
 /* Single-threaded OpenBLAS sgemm (row major) split over the context's OpenMP
  * threads along the larger of M and N; called inside a parallel region it
