@@ -26,6 +26,7 @@ const char *tensor_last_error(const tensor_ctx_t *ctx) { return ctx ? ctx->err :
 const char *tensor_strerror(int code) { return strata_status_string(code); }
 int tensor_ctx_threads(const tensor_ctx_t *ctx) { return ctx ? ctx->threads : 1; }
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx) { return &ctx->cuda; }
+void **tensor_ctx_cublaslt(tensor_ctx_t *ctx) { return &ctx->cublaslt; }
 int tensor_ctx_device(const tensor_ctx_t *ctx) { return ctx->device; }
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx) { return ctx->bf16_matmul; }
 
@@ -89,6 +90,7 @@ void tensor_ctx_destroy(tensor_ctx_t *ctx) {
   for (int i = 0; i < TENSOR_SCRATCH_SLOTS; i++) free(ctx->scratch[i]);
   tensor_device_pools_destroy(ctx);
 #if defined(STRATA_CUDA)
+  tcu_lt_destroy(ctx);
   tcu_ctx_destroy(ctx);
 #endif
   free(ctx);

@@ -31,6 +31,7 @@ struct tensor_ctx {
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
   size_t mem_limit[TENSOR_MAX_DEVICES + 1];          /* 0: none (tensor_memory_set_limit) */
   void *cuda; /* CUDA state (cuBLAS handles, scratch), owned; NULL until first used */
+  void *cublaslt; /* cuBLASLt handle (fused epilogues), owned; NULL until first used */
   /* Host scratch per OpenMP thread, kept between calls: a fresh malloc of a
    * few hundred KiB per op is an mmap, page faults and zeroing every time. */
   float *scratch[TENSOR_SCRATCH_SLOTS];
@@ -42,6 +43,7 @@ struct tensor_ctx {
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
+void **tensor_ctx_cublaslt(tensor_ctx_t *ctx);
 int tensor_ctx_device(const tensor_ctx_t *ctx);
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
 
@@ -83,6 +85,11 @@ void tensor_device_free(tensor_ctx_t *ctx, void *p, int device);
 /* Gives every pool's memory back (at context destruction). */
 void tensor_device_pools_destroy(tensor_ctx_t *ctx);
 void tensor_device_reset_peak(tensor_ctx_t *ctx, int device);
+
+/* Validates a linear layer's operands (tensor_linear_forward's rules) and
+ * returns its rows, outputs N and inputs K. */
+int tensor_linear_check(tensor_ctx_t *ctx, const char *fn, const tensor_t *out, const tensor_t *in,
+                        const tensor_t *weight, const tensor_t *bias, int64_t *rows, int *N, int *K);
 
 /* Single-threaded OpenBLAS sgemm (row major) split over the context's OpenMP
  * threads along the larger of M and N; called inside a parallel region it

@@ -11,4 +11,7 @@ GPU_TESTS += $(BUILD)/bin/tensor_gpu_equiv
 # The caching allocator's statistics on the device.
 $(eval $(call strata_program,tensor_gpu_alloc,tests/tensor/gpu_alloc.c,tensor))
 GPU_TESTS += $(BUILD)/bin/tensor_gpu_alloc
+# cuBLASLt's fused epilogues against the separate CPU ops.
+$(eval $(call strata_program,tensor_gpu_epilogue,tests/tensor/gpu_epilogue.c,tensor))
+GPU_TESTS += $(BUILD)/bin/tensor_gpu_epilogue
 endif

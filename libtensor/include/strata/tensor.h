@@ -212,13 +212,44 @@ STRATA_API int tensor_matmul_backward(tensor_ctx_t *ctx, tensor_t *da, tensor_t 
                                       int trans_a, int trans_b);
 
 /* Linear layer: out(..,N) = in(..,K) weight(N,K)^T + bias(N) (bias may be NULL).
- * On CUDA, in and weight may both be bf16 or f16 (f32 accumulation and out). */
+ * On CUDA, in and weight may both be bf16 or f16 (f32 accumulation and out);
+ * the bias is added in the GEMM's epilogue (cuBLASLt) where it can be. */
 STRATA_API int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
                                      const tensor_t *weight, const tensor_t *bias);
-/* din += dout W, dweight += dout^T in, dbias += sum of dout rows. */
+/* din += dout W, dweight += dout^T in, dbias += sum of dout rows. On CUDA,
+ * dweight and dbias come from one cuBLASLt GEMM (CUBLASLT_EPILOGUE_BGRADB)
+ * where it can. */
 STRATA_API int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight,
                                       tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
                                       const tensor_t *weight);
+
+/* Activations a linear layer can fuse (tensor_linear_act_*). */
+typedef enum { TENSOR_ACT_NONE = 0, TENSOR_ACT_GELU = 1 } tensor_act_t;
+
+/* A linear layer and its activation as one op: pre = in weight^T + bias
+ * (bias may be NULL), out = act(pre), GELU as tensor_gelu_forward. pre
+ * (out's shape, not aliasing it) keeps the pre-activation the backward
+ * needs; with TENSOR_ACT_NONE it is unused and may be NULL. The CPU runs
+ * tensor_linear_forward then tensor_gelu_forward, so its results are those
+ * calls' bit for bit, and defines the op; CUDA runs one cuBLASLt GEMM with
+ * the bias and GELU in its epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre
+ * written as its aux output), or the separate kernels where cuBLASLt has no
+ * kernel (N or K not a multiple of 8, pointers not 16-byte aligned). in and
+ * weight may be bf16 on CUDA, as for tensor_linear_forward. */
+STRATA_API int tensor_linear_act_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *pre, const tensor_t *in,
+                                         const tensor_t *weight, const tensor_t *bias, tensor_act_t act);
+/* Backward of a linear layer whose input is an activation's output,
+ * in = act(in_pre): din_pre += act'(in_pre) * (dout weight), dweight +=
+ * dout^T in, dbias += the column sums of dout (any of the three may be
+ * NULL). dact (in's shape) is workspace, overwritten: the CPU runs
+ * tensor_linear_backward into it (zeroed) and tensor_gelu_backward from it;
+ * CUDA runs the input-gradient GEMM with the GELU derivative in its epilogue
+ * (CUBLASLT_EPILOGUE_DGELU) into dact and adds dact to din_pre. With
+ * TENSOR_ACT_NONE it is tensor_linear_backward (din_pre the input's
+ * gradient; dact and in_pre unused, may be NULL). f32 operands. */
+STRATA_API int tensor_linear_act_backward(tensor_ctx_t *ctx, tensor_t *din_pre, tensor_t *dact, tensor_t *dweight,
+                                          tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
+                                          const tensor_t *weight, const tensor_t *in_pre, tensor_act_t act);
 
 /* out(..,N) = in(..,N) + bias(N). */
 STRATA_API int tensor_bias_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
