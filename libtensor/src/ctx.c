@@ -26,6 +26,7 @@ const char *tensor_last_error(const tensor_ctx_t *ctx) { return ctx ? ctx->err :
 const char *tensor_strerror(int code) { return strata_status_string(code); }
 int tensor_ctx_threads(const tensor_ctx_t *ctx) { return ctx ? ctx->threads : 1; }
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx) { return &ctx->cuda; }
+void **tensor_ctx_cublaslt(tensor_ctx_t *ctx) { return &ctx->cublaslt; }
 int tensor_ctx_device(const tensor_ctx_t *ctx) { return ctx->device; }
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx) { return ctx->bf16_matmul; }
 
@@ -42,13 +43,25 @@ int tensor_ctx_create(tensor_ctx_t **out, const tensor_ctx_options_t *opts) {
   if (!out) return STRATA_EINVAL;
   *out = NULL;
   if (opts) o = *opts;
-  if (o.threads < 0 || o.device < 0 || o.device >= TENSOR_MAX_DEVICES) return STRATA_EINVAL;
+  if (o.threads < 0 || o.device < 0 || o.device >= TENSOR_MAX_DEVICES ||
+      (unsigned)o.cuda_alloc > TENSOR_CUDA_ALLOC_DIRECT)
+    return STRATA_EINVAL;
   tensor_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return STRATA_ENOMEM;
   ctx->threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   if (ctx->threads > TENSOR_SCRATCH_SLOTS) ctx->threads = TENSOR_SCRATCH_SLOTS;
   ctx->device = o.device;
   ctx->bf16_matmul = o.bf16_matmul;
+  ctx->cuda_alloc = o.cuda_alloc;
+  if (o.cuda_alloc == TENSOR_CUDA_ALLOC_AUTO) {
+    /* A debugging switch every program honours, read here rather than by
+     * the runner: a bad value fails the first device allocation, by name. */
+    const char *e = getenv("STRATA_CUDA_ALLOC");
+    ctx->cuda_alloc = !e || !*e || !strcmp(e, "cache") ? TENSOR_CUDA_ALLOC_CACHE
+                      : !strcmp(e, "direct")           ? TENSOR_CUDA_ALLOC_DIRECT
+                                                       : -1;
+    if (ctx->cuda_alloc < 0) snprintf(ctx->cuda_alloc_env, sizeof ctx->cuda_alloc_env, "%s", e);
+  }
   /* The context owns the cores through OpenMP; OpenBLAS runs single-threaded
    * inside its regions (see the header). */
   openblas_set_num_threads(1);
@@ -75,7 +88,9 @@ size_t tensor_scratch_bytes(const tensor_ctx_t *ctx) {
 void tensor_ctx_destroy(tensor_ctx_t *ctx) {
   if (!ctx) return;
   for (int i = 0; i < TENSOR_SCRATCH_SLOTS; i++) free(ctx->scratch[i]);
+  tensor_device_pools_destroy(ctx);
 #if defined(STRATA_CUDA)
+  tcu_lt_destroy(ctx);
   tcu_ctx_destroy(ctx);
 #endif
   free(ctx);
@@ -119,6 +134,7 @@ int tensor_memory_set_limit(tensor_ctx_t *ctx, int device, size_t bytes) {
 void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device) {
   if (!ctx || device < TENSOR_CPU || device >= TENSOR_MAX_DEVICES) return;
   atomic_store(&ctx->mem_peak[mem_slot(device)], atomic_load(&ctx->mem_current[mem_slot(device)]));
+  tensor_device_reset_peak(ctx, device);
 }
 
 /* ---- descriptors ---- */
@@ -278,19 +294,16 @@ int tensor_alloc(tensor_ctx_t *ctx, tensor_t *t, tensor_dtype_t dtype, int devic
     CHECK(p, STRATA_ENOMEM, "tensor_alloc: %zu bytes on cpu", bytes);
     memset(p, 0, bytes);
   } else {
-#if defined(STRATA_CUDA)
     void *d = NULL;
-    TRY(tcu_alloc(ctx, &d, bytes, device));
+    TRY(tensor_device_alloc(ctx, &d, bytes, device));
+#if defined(STRATA_CUDA)
     rc = tcu_memset0(ctx, d, bytes, device);
     if (rc) {
-      tcu_free(ctx, d, device);
+      tensor_device_free(ctx, d, device);
       goto fail;
     }
-    tmp.data = d;
-#else
-    CHECK(0, STRATA_EUNSUPPORTED, "tensor_alloc: cuda:%d requested but strata was built without CUDA",
-          device);
 #endif
+    tmp.data = d;
   }
   if (p) tmp.data = p; /* host memory; device memory is already in tmp.data */
   tmp.owned = 1;
@@ -307,10 +320,7 @@ void tensor_free(tensor_ctx_t *ctx, tensor_t *t) {
   if (t->owned && t->data && ctx) {
     tensor_mem_sub(ctx, t->device, tensor_nbytes(t));
     if (t->device == TENSOR_CPU) free(t->data);
-#if defined(STRATA_CUDA)
-    else
-      tcu_free(ctx, t->data, t->device);
-#endif
+    else tensor_device_free(ctx, t->data, t->device);
   }
   memset(t, 0, sizeof *t);
 }

@@ -212,12 +212,10 @@ static void bias_grad_cpu(const tensor_ctx_t *ctx, float *dbias, const float *do
   }
 }
 
-int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
-                          const tensor_t *weight, const tensor_t *bias) {
+int tensor_linear_check(tensor_ctx_t *ctx, const char *fn, const tensor_t *out, const tensor_t *in,
+                        const tensor_t *weight, const tensor_t *bias, int64_t *rows_out, int *N_out, int *K_out) {
   int rc = STRATA_OK;
   char s1[96], s2[96], s3[96];
-  const char *fn = "tensor_linear_forward";
-  if (!ctx) return STRATA_EINVAL;
   TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
   TRY(tensor_check(ctx, fn, "in", in,
                    in && (in->dtype == TENSOR_BF16 || in->dtype == TENSOR_F16) ? in->dtype : TENSOR_F32, 1, 4));
@@ -239,10 +237,25 @@ int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
     CHECK(bias->shape[0] == N, STRATA_ESHAPE, "%s: bias %s, expected %d outputs", fn,
           tensor_describe(bias, s1, sizeof s1), N);
   }
+  *rows_out = rows, *N_out = N, *K_out = K;
+fail:
+  return rc;
+}
+
+int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
+                          const tensor_t *weight, const tensor_t *bias) {
+  int rc = STRATA_OK, N = 0, K = 0;
+  int64_t rows = 0;
+  if (!ctx) return STRATA_EINVAL;
+  TRY(tensor_linear_check(ctx, "tensor_linear_forward", out, in, weight, bias, &rows, &N, &K));
   operand_t o = {out->data, TENSOR_F32, (int)rows, N, 0}, x = {in->data, in->dtype, (int)rows, K, 0};
   operand_t w = {weight->data, weight->dtype, N, K, 0};
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
+    if (bias && in->dtype != TENSOR_F16) { /* the bias in the GEMM's epilogue */
+      rc = tcu_linear_lt(ctx, out->data, NULL, in->data, weight->data, (int)in->dtype, bias->data, rows, N, K, 0);
+      if (rc != STRATA_EUNSUPPORTED) goto fail;
+    }
     TRY(gemm_core(ctx, out->device, o, x, w, 0, 1, 1.f, 0.f, 1));
     if (bias) TRY(tcu_bias_forward(ctx, out->data, out->data, bias->data, rows, N));
 #endif
@@ -301,6 +314,17 @@ int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, 
     operand_t g = {din->data, TENSOR_F32, (int)rows, K, 0};
     TRY(gemm_core(ctx, dev, g, d, w, 0, 0, 1.f, 1.f, 1)); /* din += dout W */
   }
+#if defined(STRATA_CUDA)
+  if (dweight && dbias && dev != TENSOR_CPU) { /* dW and the bias gradient in one cuBLASLt call */
+    void *db = NULL;
+    TRY(tensor_device_alloc(ctx, &db, (size_t)N * sizeof(float), dev)); /* the epilogue overwrites */
+    rc = tcu_linear_wgrad_lt(ctx, dweight->data, db, dout->data, in->data, rows, N, K);
+    if (rc == STRATA_OK) rc = tcu_acc(ctx, dbias->data, db, N);
+    tensor_device_free(ctx, db, dev);
+    if (rc != STRATA_EUNSUPPORTED) goto fail;
+    rc = STRATA_OK;
+  }
+#endif
   if (dweight) {
     operand_t g = {dweight->data, TENSOR_F32, N, K, 0};
     TRY(gemm_core(ctx, dev, g, d, x, 1, 0, 1.f, 1.f, 1)); /* dW += dout^T in */

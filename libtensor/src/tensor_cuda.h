@@ -15,6 +15,7 @@ extern "C" {
 /* Context access for the CUDA files (which cannot include the C11-atomics
  * context header from C++). */
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
+void **tensor_ctx_cublaslt(tensor_ctx_t *ctx);
 int tensor_ctx_device(const tensor_ctx_t *ctx);
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
@@ -22,8 +23,11 @@ int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
 int tcu_device_count(void);
 void tcu_ctx_destroy(tensor_ctx_t *ctx);
 int tcu_sync(tensor_ctx_t *ctx);
-int tcu_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device);
-void tcu_free(tensor_ctx_t *ctx, void *p, int device);
+/* A segment of device memory for the context's pool (alloc.cu): cudaMalloc
+ * on `device`; STRATA_ENOMEM when the device is full (the CUDA error cleared,
+ * so that the pool may retry), STRATA_EUNSUPPORTED without such a device. */
+int tcu_reserve(tensor_ctx_t *ctx, int device, void **p, size_t bytes);
+void tcu_release(int device, void *p);
 /* Copies between any two devices (TENSOR_CPU for host). */
 int tcu_memcpy(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes);
 int tcu_memset0(tensor_ctx_t *ctx, void *p, size_t bytes, int device);
@@ -35,6 +39,23 @@ int tcu_cast(tensor_ctx_t *ctx, void *dst, int ddt, const void *src, int sdt, in
 int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, float alpha, const void *A,
              int adt, int lda, int64_t sa, const void *B, int bdt, int ldb, int64_t sb, float beta,
              float *C, int ldc, int64_t sc, int batch);
+/* Linear layers through cuBLASLt's epilogues (gemm_lt.cu); row-major,
+ * weight W (N,K), in and dout row-major (rows,K) and (rows,N). Each returns
+ * STRATA_EUNSUPPORTED, writing nothing and recording no error, where
+ * cuBLASLt has no kernel (dims not multiples of 8, pointers not 16-byte
+ * aligned, ...): the caller then runs the separate kernels.
+ * out = act(in W^T + bias) with act GELU (tanh form) when gelu, pre (gelu
+ * only) = the pre-activation; in and W of dtype dt (f32 or bf16); bias may
+ * be NULL with gelu. */
+int tcu_linear_lt(tensor_ctx_t *ctx, float *out, float *pre, const void *in, const void *w, int dt,
+                  const float *bias, int64_t rows, int N, int K, int gelu);
+/* dpre(rows,K) = gelu'(pre) * (dout W), overwritten. */
+int tcu_linear_dgelu_lt(tensor_ctx_t *ctx, float *dpre, const float *dout, const float *w, const float *pre,
+                        int64_t rows, int N, int K);
+/* dW += dout^T in; dbias = column sums of dout (overwritten). */
+int tcu_linear_wgrad_lt(tensor_ctx_t *ctx, float *dw, float *dbias, const float *dout, const float *in,
+                        int64_t rows, int N, int K);
+void tcu_lt_destroy(tensor_ctx_t *ctx);
 int tcu_bias_forward(tensor_ctx_t *ctx, float *out, const float *in, const float *bias,
                      int64_t rows, int N);
 int tcu_bias_backward(tensor_ctx_t *ctx, float *dbias, const float *dout, int64_t rows, int N);

@@ -6,17 +6,32 @@
 #include <stdarg.h>
 #include <strata/tensor.h>
 
+#include "devpool.h"
+
 #define TENSOR_ERRLEN 512
 #define TENSOR_SCRATCH_SLOTS 64
+
+/* One CUDA device's memory as a context sees it: the caching pool (NULL
+ * until the first allocation there, or always with direct allocation) and
+ * what its backend callbacks need. */
+typedef struct {
+  tensor_ctx_t *ctx;
+  int device;
+  tpool_t *pool;
+} tensor_devmem_t;
 
 struct tensor_ctx {
   int threads;
   int device;
   int bf16_matmul;
+  int cuda_alloc;         /* TENSOR_CUDA_ALLOC_CACHE or _DIRECT; -1: a bad STRATA_CUDA_ALLOC */
+  char cuda_alloc_env[32]; /* that bad value, for the message */
+  tensor_devmem_t devmem[TENSOR_MAX_DEVICES];
   atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
   size_t mem_limit[TENSOR_MAX_DEVICES + 1];          /* 0: none (tensor_memory_set_limit) */
   void *cuda; /* CUDA state (cuBLAS handles, scratch), owned; NULL until first used */
+  void *cublaslt; /* cuBLASLt handle (fused epilogues), owned; NULL until first used */
   /* Host scratch per OpenMP thread, kept between calls: a fresh malloc of a
    * few hundred KiB per op is an mmap, page faults and zeroing every time. */
   float *scratch[TENSOR_SCRATCH_SLOTS];
@@ -28,6 +43,7 @@ struct tensor_ctx {
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
+void **tensor_ctx_cublaslt(tensor_ctx_t *ctx);
 int tensor_ctx_device(const tensor_ctx_t *ctx);
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
 
@@ -60,6 +76,20 @@ int tensor_same_shape(const tensor_t *a, const tensor_t *b);
 static inline int mem_slot(int device) { return device + 1; }
 void tensor_mem_add(tensor_ctx_t *ctx, int device, size_t bytes);
 void tensor_mem_sub(tensor_ctx_t *ctx, int device, size_t bytes);
+
+/* Device memory through the context's pool for `device` (devmem.c): the
+ * caching allocator, or cudaMalloc/cudaFree per call with direct allocation.
+ * Not counted by the accountant (tensor_alloc does that). */
+int tensor_device_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device);
+void tensor_device_free(tensor_ctx_t *ctx, void *p, int device);
+/* Gives every pool's memory back (at context destruction). */
+void tensor_device_pools_destroy(tensor_ctx_t *ctx);
+void tensor_device_reset_peak(tensor_ctx_t *ctx, int device);
+
+/* Validates a linear layer's operands (tensor_linear_forward's rules) and
+ * returns its rows, outputs N and inputs K. */
+int tensor_linear_check(tensor_ctx_t *ctx, const char *fn, const tensor_t *out, const tensor_t *in,
+                        const tensor_t *weight, const tensor_t *bias, int64_t *rows, int *N, int *K);
 
 /* Single-threaded OpenBLAS sgemm (row major) split over the context's OpenMP
  * threads along the larger of M and N; called inside a parallel region it

@@ -8,4 +8,10 @@ TEST_SUITES += sh:tests/tensor/readme_example.sh
 ifeq ($(HAVE_CUDA),1)
 $(eval $(call strata_program,tensor_gpu_equiv,tests/tensor/gpu_equiv.c $(wildcard libparallel/src/model/gpt*.c),tensor,-Ilibparallel/include -Ilibparallel/src/model -DGPT_WITHOUT_COMM))
 GPU_TESTS += $(BUILD)/bin/tensor_gpu_equiv
+# The caching allocator's statistics on the device.
+$(eval $(call strata_program,tensor_gpu_alloc,tests/tensor/gpu_alloc.c,tensor))
+GPU_TESTS += $(BUILD)/bin/tensor_gpu_alloc
+# cuBLASLt's fused epilogues against the separate CPU ops.
+$(eval $(call strata_program,tensor_gpu_epilogue,tests/tensor/gpu_epilogue.c,tensor))
+GPU_TESTS += $(BUILD)/bin/tensor_gpu_epilogue
 endif

@@ -124,8 +124,7 @@ static int step(par_gpt_kv_t *kv, int32_t token, float *logits) {
     T_(tensor_linear_forward(tc, &kv->tmp, &kv->att, &k->proj.w, &k->proj.b));
     T_(tensor_add_forward(tc, &kv->res, &kv->x, &kv->tmp));
     T_(tensor_layernorm_forward(tc, &kv->ln, &kv->mean, &kv->rstd, &kv->res, &k->ln2.w, &k->ln2.b, GPT_LN_EPS));
-    T_(tensor_linear_forward(tc, &kv->fch, &kv->ln, &k->fc.w, &k->fc.b));
-    T_(tensor_gelu_forward(tc, &kv->fchg, &kv->fch));
+    T_(tensor_linear_act_forward(tc, &kv->fchg, &kv->fch, &kv->ln, &k->fc.w, &k->fc.b, TENSOR_ACT_GELU));
     T_(tensor_linear_forward(tc, &kv->tmp, &kv->fchg, &k->fcproj.w, &k->fcproj.b));
     T_(tensor_add_forward(tc, &kv->x, &kv->res, &kv->tmp));
   }

@@ -181,8 +181,7 @@ static int sp_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *
   T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
                               GPT_LN_EPS));
   if ((rc = sp_gather(m, &m->gath, &a->ln2))) goto fail;
-  T_(tensor_linear_forward(tc, &a->fch, &m->gath, &k->fc.w, &k->fc.b));
-  T_(tensor_gelu_forward(tc, &a->fch_gelu, &a->fch));
+  T_(tensor_linear_act_forward(tc, &a->fch_gelu, &a->fch, &m->gath, &k->fc.w, &k->fc.b, TENSOR_ACT_GELU));
   T_(tensor_linear_forward(tc, &m->dfull, &a->fch_gelu, &k->fcproj.w, NULL));
   if ((rc = sp_scatter(m, &m->tmp, &m->dfull))) goto fail;
   T_(tensor_bias_add_forward(tc, &m->tmp, &m->tmp, &k->fcproj.b));
@@ -201,11 +200,11 @@ static int sp_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t 
   T_(sp_slot(m, 0, &w1, &b1));
   T_(sp_slot(m, 1, &w2, &b2));
   if ((rc = sp_gather(m, &m->dfull, &m->dres))) goto fail; /* dL/dy, every token */
-  T_(tensor_zero(tc, &m->dfch_gelu));
-  T_(tensor_linear_backward(tc, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dfull, &a->fch_gelu,
-                            &k->fcproj.w));
+  /* fcproj's input gradient straight through the GELU into dfch (dfch_gelu
+   * is the op's workspace) */
   T_(tensor_zero(tc, &m->dfch));
-  T_(tensor_gelu_backward(tc, &m->dfch, &m->dfch_gelu, &a->fch));
+  T_(tensor_linear_act_backward(tc, &m->dfch, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dfull, &a->fch_gelu,
+                                &k->fcproj.w, &a->fch, TENSOR_ACT_GELU));
   if ((rc = sp_gather(m, &m->gath, &a->ln2))) goto fail; /* again, for fc's weight gradient */
   T_(tensor_zero(tc, &m->dfull));
   T_(tensor_linear_backward(tc, &m->dfull, &k->fc.dw, &k->fc.db, &m->dfch, &m->gath, &k->fc.w));
@@ -244,8 +243,7 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
   T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
   T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
                               GPT_LN_EPS));
-  T_(tensor_linear_forward(tc, &a->fch, &a->ln2, &k->fc.w, &k->fc.b));
-  T_(tensor_gelu_forward(tc, &a->fch_gelu, &a->fch));
+  T_(tensor_linear_act_forward(tc, &a->fch_gelu, &a->fch, &a->ln2, &k->fc.w, &k->fc.b, TENSOR_ACT_GELU));
   if ((rc = row_parallel_forward(m, &m->tmp, &a->fch_gelu, &k->fcproj))) goto fail;
   T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
   m->scratch_layer = l, m->scratch_slot = m->cur;
@@ -261,11 +259,11 @@ int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
   tensor_ctx_t *tc = m->tc;
   if (m->md) return gpt_md_block_backward(m, l, m->cfg.recompute ? 0 : l, x);
   if (m->sp) return sp_block_backward(m, l, a, x);
-  T_(tensor_zero(tc, &m->dfch_gelu));
-  T_(tensor_linear_backward(tc, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dres, &a->fch_gelu,
-                            &k->fcproj.w));
+  /* fcproj's input gradient straight through the GELU into dfch (dfch_gelu
+   * is the op's workspace) */
   T_(tensor_zero(tc, &m->dfch));
-  T_(tensor_gelu_backward(tc, &m->dfch, &m->dfch_gelu, &a->fch));
+  T_(tensor_linear_act_backward(tc, &m->dfch, &m->dfch_gelu, &k->fcproj.dw, &k->fcproj.db, &m->dres, &a->fch_gelu,
+                                &k->fcproj.w, &a->fch, TENSOR_ACT_GELU));
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &k->fc.dw, &k->fc.db, &m->dfch, &a->ln2, &k->fc.w));
   if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail; /* Megatron's f: the column-parallel input's gradient */

@@ -62,13 +62,23 @@ typedef struct {
 
 typedef struct tensor_ctx tensor_ctx_t;
 
+/* How device memory is obtained (see tensor_memory_stats). */
+typedef enum {
+  TENSOR_CUDA_ALLOC_AUTO = 0,   /* the environment's STRATA_CUDA_ALLOC (cache or direct);
+                                   cache when it is unset */
+  TENSOR_CUDA_ALLOC_CACHE = 1,  /* a caching allocator: freed blocks are kept and reused */
+  TENSOR_CUDA_ALLOC_DIRECT = 2, /* cudaMalloc and cudaFree per tensor (for debugging) */
+} tensor_cuda_alloc_t;
+
 typedef struct {
   int threads; /* CPU threads for every op; 0: OpenMP's default (omp_get_max_threads) */
   int device;  /* default CUDA device for the context's cuBLAS handle and streams */
   int bf16_matmul; /* CUDA only: f32 matmuls run cuBLAS with bf16 inputs and f32
                       accumulation (inputs rounded to bf16 on the fly) */
+  tensor_cuda_alloc_t cuda_alloc;
 } tensor_ctx_options_t;
-#define TENSOR_CTX_OPTIONS_DEFAULTS {.threads = 0, .device = 0, .bf16_matmul = 0}
+#define TENSOR_CTX_OPTIONS_DEFAULTS                                                                \
+  {.threads = 0, .device = 0, .bf16_matmul = 0, .cuda_alloc = TENSOR_CUDA_ALLOC_AUTO}
 
 /* Creates a context (NULL options = defaults). Caller destroys it. */
 STRATA_API int tensor_ctx_create(tensor_ctx_t **ctx, const tensor_ctx_options_t *opts);
@@ -97,8 +107,32 @@ STRATA_API int tensor_memory_set_limit(tensor_ctx_t *ctx, int device, size_t byt
 /* Host bytes the context keeps as per-thread scratch between calls (the
  * score blocks of attention, for instance), outside the accountant. */
 STRATA_API size_t tensor_scratch_bytes(const tensor_ctx_t *ctx);
-/* Sets the peak of `device` to its current value. */
+/* Sets the peaks of `device` (allocated and reserved) to their current values. */
 STRATA_API void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device);
+
+/* Device memory goes through a caching allocator (in the manner of PyTorch's
+ * CUDACachingAllocator): tensor_free keeps the block for the next
+ * tensor_alloc instead of calling cudaFree, so `reserved` (what cudaMalloc
+ * holds) is at least `allocated` (what tensors hold, the accountant's
+ * numbers, as on the CPU). When cudaMalloc fails, the cached blocks are
+ * released and it is tried once more. Blocks are reused in the order of the
+ * context's single stream; free a tensor only after any communication on
+ * another stream that uses it has been waited for. cuBLAS workspace and the
+ * context's own scratch are outside these numbers. */
+typedef struct {
+  size_t allocated, allocated_peak; /* bytes tensors hold now / at most (tensor_memory) */
+  size_t reserved, reserved_peak;   /* bytes held from cudaMalloc (CPU: = allocated) */
+  size_t cached;                    /* reserved bytes in free blocks */
+  int64_t segments;                 /* cudaMalloc'd segments held */
+  int64_t cuda_mallocs, cuda_frees; /* calls so far */
+  int64_t retries; /* times a full device made the cache go back before a retry */
+} tensor_memory_stats_t;
+
+/* The memory statistics of `device` (TENSOR_CPU or a CUDA ordinal). */
+STRATA_API int tensor_memory_stats(const tensor_ctx_t *ctx, int device, tensor_memory_stats_t *stats);
+/* Gives the cached blocks of `device` that hold no tensor back to CUDA
+ * (no-op on the CPU). */
+STRATA_API int tensor_memory_empty_cache(tensor_ctx_t *ctx, int device);
 
 /* ---- tensors --------------------------------------------------------------- */
 
@@ -106,7 +140,9 @@ STRATA_API void tensor_memory_reset_peak(tensor_ctx_t *ctx, int device);
  * with tensor_free. */
 STRATA_API int tensor_alloc(tensor_ctx_t *ctx, tensor_t *t, tensor_dtype_t dtype, int device,
                             int ndim, const int64_t *shape);
-/* Frees an owned tensor and clears the descriptor; views are just cleared. */
+/* Frees an owned tensor and clears the descriptor; views are just cleared.
+ * Pass the context that allocated it (its accountant and, on a device, its
+ * memory pool hold the tensor). */
 STRATA_API void tensor_free(tensor_ctx_t *ctx, tensor_t *t);
 /* Makes a view over memory the caller owns (borrowed; nothing is copied). */
 STRATA_API tensor_t tensor_view(void *data, tensor_dtype_t dtype, int device, int ndim,
@@ -176,13 +212,44 @@ STRATA_API int tensor_matmul_backward(tensor_ctx_t *ctx, tensor_t *da, tensor_t 
                                       int trans_a, int trans_b);
 
 /* Linear layer: out(..,N) = in(..,K) weight(N,K)^T + bias(N) (bias may be NULL).
- * On CUDA, in and weight may both be bf16 or f16 (f32 accumulation and out). */
+ * On CUDA, in and weight may both be bf16 or f16 (f32 accumulation and out);
+ * the bias is added in the GEMM's epilogue (cuBLASLt) where it can be. */
 STRATA_API int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
                                      const tensor_t *weight, const tensor_t *bias);
-/* din += dout W, dweight += dout^T in, dbias += sum of dout rows. */
+/* din += dout W, dweight += dout^T in, dbias += sum of dout rows. On CUDA,
+ * dweight and dbias come from one cuBLASLt GEMM (CUBLASLT_EPILOGUE_BGRADB)
+ * where it can. */
 STRATA_API int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight,
                                       tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
                                       const tensor_t *weight);
+
+/* Activations a linear layer can fuse (tensor_linear_act_*). */
+typedef enum { TENSOR_ACT_NONE = 0, TENSOR_ACT_GELU = 1 } tensor_act_t;
+
+/* A linear layer and its activation as one op: pre = in weight^T + bias
+ * (bias may be NULL), out = act(pre), GELU as tensor_gelu_forward. pre
+ * (out's shape, not aliasing it) keeps the pre-activation the backward
+ * needs; with TENSOR_ACT_NONE it is unused and may be NULL. The CPU runs
+ * tensor_linear_forward then tensor_gelu_forward, so its results are those
+ * calls' bit for bit, and defines the op; CUDA runs one cuBLASLt GEMM with
+ * the bias and GELU in its epilogue (CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre
+ * written as its aux output), or the separate kernels where cuBLASLt has no
+ * kernel (N or K not a multiple of 8, pointers not 16-byte aligned). in and
+ * weight may be bf16 on CUDA, as for tensor_linear_forward. */
+STRATA_API int tensor_linear_act_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *pre, const tensor_t *in,
+                                         const tensor_t *weight, const tensor_t *bias, tensor_act_t act);
+/* Backward of a linear layer whose input is an activation's output,
+ * in = act(in_pre): din_pre += act'(in_pre) * (dout weight), dweight +=
+ * dout^T in, dbias += the column sums of dout (any of the three may be
+ * NULL). dact (in's shape) is workspace, overwritten: the CPU runs
+ * tensor_linear_backward into it (zeroed) and tensor_gelu_backward from it;
+ * CUDA runs the input-gradient GEMM with the GELU derivative in its epilogue
+ * (CUBLASLT_EPILOGUE_DGELU) into dact and adds dact to din_pre. With
+ * TENSOR_ACT_NONE it is tensor_linear_backward (din_pre the input's
+ * gradient; dact and in_pre unused, may be NULL). f32 operands. */
+STRATA_API int tensor_linear_act_backward(tensor_ctx_t *ctx, tensor_t *din_pre, tensor_t *dact, tensor_t *dweight,
+                                          tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
+                                          const tensor_t *weight, const tensor_t *in_pre, tensor_act_t act);
 
 /* out(..,N) = in(..,N) + bias(N). */
 STRATA_API int tensor_bias_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,

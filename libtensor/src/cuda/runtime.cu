@@ -80,27 +80,6 @@ extern "C" int tcu_sync(tensor_ctx_t *ctx) {
   return STRATA_OK;
 }
 
-extern "C" int tcu_alloc(tensor_ctx_t *ctx, void **p, size_t bytes, int device) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return tensor_seterr(ctx, STRATA_EUNSUPPORTED, "cuda:%d requested but no CUDA device is usable: %s",
-                         device, cudaGetErrorString(e));
-  }
-  if (n <= device)
-    return tensor_seterr(ctx, STRATA_EUNSUPPORTED, "cuda:%d requested but %d CUDA devices are present",
-                         device, n);
-  CU(cudaSetDevice(device));
-  CU(cudaMalloc(p, bytes));
-  return STRATA_OK;
-}
-
-extern "C" void tcu_free(tensor_ctx_t *ctx, void *p, int device) {
-  cudaSetDevice(device);
-  cudaFree(p);
-}
-
 extern "C" int tcu_memcpy(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes) {
   if (ddev >= 0 && sdev >= 0 && ddev != sdev) {
     CU(cudaMemcpyPeer(dst, ddev, src, sdev, bytes));
