@@ -28,10 +28,19 @@ int tensor_ctx_threads(const tensor_ctx_t *ctx) { return ctx ? ctx->threads : 1;
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx) { return &ctx->cuda; }
 int tensor_ctx_device(const tensor_ctx_t *ctx) { return ctx->device; }
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx) { return ctx->bf16_matmul; }
+int tensor_ctx_attention(const tensor_ctx_t *ctx) { return ctx->attention; }
 
 int tensor_cuda_device_count(void) {
 #if defined(STRATA_CUDA)
   return tcu_device_count();
+#else
+  return 0;
+#endif
+}
+
+int tensor_cudnn_version(void) {
+#if defined(STRATA_CUDA)
+  return tcu_cudnn_version();
 #else
   return 0;
 #endif
@@ -42,13 +51,16 @@ int tensor_ctx_create(tensor_ctx_t **out, const tensor_ctx_options_t *opts) {
   if (!out) return STRATA_EINVAL;
   *out = NULL;
   if (opts) o = *opts;
-  if (o.threads < 0 || o.device < 0 || o.device >= TENSOR_MAX_DEVICES) return STRATA_EINVAL;
+  if (o.threads < 0 || o.device < 0 || o.device >= TENSOR_MAX_DEVICES || o.attention < TENSOR_ATTENTION_AUTO ||
+      o.attention > TENSOR_ATTENTION_CUDNN)
+    return STRATA_EINVAL;
   tensor_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return STRATA_ENOMEM;
   ctx->threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   if (ctx->threads > TENSOR_SCRATCH_SLOTS) ctx->threads = TENSOR_SCRATCH_SLOTS;
   ctx->device = o.device;
   ctx->bf16_matmul = o.bf16_matmul;
+  ctx->attention = o.attention;
   /* The context owns the cores through OpenMP; OpenBLAS runs single-threaded
    * inside its regions (see the header). */
   openblas_set_num_threads(1);

@@ -13,6 +13,7 @@ struct tensor_ctx {
   int threads;
   int device;
   int bf16_matmul;
+  int attention; /* tensor_attention_t */
   atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
   size_t mem_limit[TENSOR_MAX_DEVICES + 1];          /* 0: none (tensor_memory_set_limit) */
@@ -30,6 +31,7 @@ int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...)
 void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
 int tensor_ctx_device(const tensor_ctx_t *ctx);
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
+int tensor_ctx_attention(const tensor_ctx_t *ctx);
 
 /* One exit per function: CHECK sets rc and jumps to `fail`. */
 #define CHECK(cond, code, ...)                                                                     \
