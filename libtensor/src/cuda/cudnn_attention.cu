@@ -263,48 +263,49 @@ static cudnnBackendDescriptor_t op_desc(builder *b, const sdpa_op_t *o, cudnnBac
   return op;
 }
 
-/* The first engine configuration (heuristics mode A, then the fallback list)
- * whose execution plan finalizes. */
+/* The first engine configuration whose execution plan finalizes, from
+ * heuristics mode A, then from the fallback list. A heuristics query that
+ * fails only moves on to the next list; b->st says why no plan was found. */
 static void choose_plan(builder *b, cudnnHandle_t handle, cudnnBackendDescriptor_t graph) {
   cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  const char *why = "execution plan (no engine accepted the graph)";
   for (int m = 0; m < 2 && !b->p->plan && !b->st && !b->oom; m++) {
     cudnnBackendDescriptor_t heur = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
-    set(b, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph,
-        "engine heuristics");
-    set(b, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m], "engine heuristics");
-    done(b, heur, "engine heuristics");
-    int64_t count = 0;
-    if (!b->st) b->st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
-    if (b->st) {
-      b->what = "engine heuristics results";
-      return;
+    if (!heur) return;
+    int64_t count = 0, got = 0;
+    cudnnStatus_t st = dnn.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    if (!st) st = dnn.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m]);
+    if (!st) st = dnn.finalize(heur);
+    if (!st) st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
+    if (st) {
+      last = st, why = "engine heuristics";
+      continue;
     }
     if (count > 64) count = 64;
     cudnnBackendDescriptor_t cfg[64];
     for (int64_t i = 0; i < count; i++) cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
-    int64_t got = 0;
-    if (!b->st && !b->oom && count > 0)
-      b->st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg);
-    if (b->st || b->oom) {
-      if (b->st) b->what = "engine heuristics results";
-      return;
+    if (b->st || b->oom) return;
+    if (count > 0 &&
+        (st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg))) {
+      last = st, why = "engine heuristics results";
+      continue;
     }
     for (int64_t i = 0; i < got && !b->p->plan; i++) {
       cudnnBackendDescriptor_t plan = NULL;
-      if (dnn.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan)) continue;
-      cudnnStatus_t st = dnn.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+      st = dnn.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+      if (!st) st = dnn.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
       if (!st) st = dnn.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
       if (!st) st = dnn.finalize(plan);
-      if (st) {
-        last = st;
-        dnn.destroy_desc(plan);
-      } else {
+      if (!st) {
         b->p->plan = plan;
+      } else {
+        last = st, why = "execution plan (no engine accepted the graph)";
+        if (plan) dnn.destroy_desc(plan);
       }
     }
   }
-  if (!b->p->plan && !b->st && !b->oom) b->st = last, b->what = "execution plan (no engine accepted the graph)";
+  if (!b->p->plan && !b->st && !b->oom) b->st = last, b->what = why;
 }
 
 /* The tensor and operation descriptors of g, finalized (no device needed). */
