@@ -7,8 +7,8 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <strata/tensor.h>
+#include <time.h>
 
 static double gpu_gemm_now(void) {
   struct timespec ts;
@@ -29,7 +29,8 @@ static double gpu_gemm_peak(int device) {
   tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
   o.device = device;
   if (tensor_ctx_create(&tc, &o) || tensor_alloc(tc, &a, TENSOR_BF16, device, 2, s) ||
-      tensor_alloc(tc, &b, TENSOR_BF16, device, 2, s) || tensor_alloc(tc, &c, TENSOR_F32, device, 2, s))
+      tensor_alloc(tc, &b, TENSOR_BF16, device, 2, s) ||
+      tensor_alloc(tc, &c, TENSOR_F32, device, 2, s))
     goto done;
   tensor_fill(tc, &a, 0.01f), tensor_fill(tc, &b, 0.02f);
   double t[5];

@@ -25,10 +25,11 @@ static int step(tensor_ctx_t *c, tensor_t *out, tensor_t *lse, tensor_t *dqkv, c
 }
 
 /* Median seconds of one forward + backward over 5 rounds of `reps`. */
-static double time_steps(tensor_ctx_t *c, tensor_t *out, tensor_t *lse, tensor_t *dqkv, const tensor_t *dout,
-                         const tensor_t *qkv, int NH, int reps) {
+static double time_steps(tensor_ctx_t *c, tensor_t *out, tensor_t *lse, tensor_t *dqkv,
+                         const tensor_t *dout, const tensor_t *qkv, int NH, int reps) {
   double t[5];
-  if (step(c, out, lse, dqkv, dout, qkv, NH) || tensor_synchronize(c)) return 0; /* plans, scratch */
+  if (step(c, out, lse, dqkv, dout, qkv, NH) || tensor_synchronize(c))
+    return 0; /* plans, scratch */
   for (int r = 0; r < 5; r++) {
     double t0 = gpu_gemm_now();
     for (int k = 0; k < reps; k++)
@@ -60,13 +61,16 @@ int main(int argc, char **argv) {
   int64_t sq[3] = {B, T, 3 * C}, so[3] = {B, T, C}, sl[3] = {B, NH, T};
   tensor_t hq = {0}, hd = {0}, qkv = {0}, dqkv = {0}, out = {0}, dout = {0}, lse = {0};
   int rc = 1;
-  if (tensor_alloc(c16, &hq, TENSOR_F32, TENSOR_CPU, 3, sq) || tensor_alloc(c16, &hd, TENSOR_F32, TENSOR_CPU, 3, so) ||
-      tensor_alloc(c16, &qkv, TENSOR_F32, 0, 3, sq) || tensor_alloc(c16, &dqkv, TENSOR_F32, 0, 3, sq) ||
-      tensor_alloc(c16, &out, TENSOR_F32, 0, 3, so) || tensor_alloc(c16, &dout, TENSOR_F32, 0, 3, so) ||
+  if (tensor_alloc(c16, &hq, TENSOR_F32, TENSOR_CPU, 3, sq) ||
+      tensor_alloc(c16, &hd, TENSOR_F32, TENSOR_CPU, 3, so) ||
+      tensor_alloc(c16, &qkv, TENSOR_F32, 0, 3, sq) ||
+      tensor_alloc(c16, &dqkv, TENSOR_F32, 0, 3, sq) ||
+      tensor_alloc(c16, &out, TENSOR_F32, 0, 3, so) ||
+      tensor_alloc(c16, &dout, TENSOR_F32, 0, 3, so) ||
       tensor_alloc(c16, &lse, TENSOR_F32, 0, 3, sl) ||
       tensor_fill_uniform(c16, &hq, 1, "bench.qkv", NULL, -1.f, 1.f) ||
-      tensor_fill_uniform(c16, &hd, 2, "bench.dout", NULL, -1.f, 1.f) || tensor_copy(c16, &qkv, &hq) ||
-      tensor_copy(c16, &dout, &hd)) {
+      tensor_fill_uniform(c16, &hd, 2, "bench.dout", NULL, -1.f, 1.f) ||
+      tensor_copy(c16, &qkv, &hq) || tensor_copy(c16, &dout, &hd)) {
     fprintf(stderr, "bench_tensor_attention: %s\n", tensor_last_error(c16));
     goto done;
   }
@@ -80,14 +84,16 @@ int main(int argc, char **argv) {
   double fwd = 4.0 * B * NH * (double)T * T * hs / 2, flops = 3.5 * fwd;
   double base = gpu_gemm_peak(0);
   if (v)
-    fprintf(stderr, "# cuDNN %d.%d.%d on the bf16 context (%s)\n", v / 10000, v / 100 % 100, v % 100,
-            getenv("STRATA_ATTENTION") ? getenv("STRATA_ATTENTION") : "default");
+    fprintf(stderr, "# cuDNN %d.%d.%d on the bf16 context (%s)\n", v / 10000, v / 100 % 100,
+            v % 100, getenv("STRATA_ATTENTION") ? getenv("STRATA_ATTENTION") : "default");
   else
     fprintf(stderr, "# cuDNN not loaded: strata's own kernel on both contexts\n");
-  fprintf(stderr, "# B %d T %d heads %d head size %d: bf16 context %.3f ms, strata's f32 kernel %.3f ms (%.3g TFLOP/s)\n",
+  fprintf(stderr,
+          "# B %d T %d heads %d head size %d: bf16 context %.3f ms, strata's f32 kernel %.3f ms "
+          "(%.3g TFLOP/s)\n",
           B, T, NH, hs, t16 * 1e3, t32 * 1e3, t32 > 0 ? flops / t32 / 1e12 : 0);
-  printf("BENCH tensor.attention.cuda value=%.4g unit=TFLOP/s baseline=%.4g ratio=%.3f\n", flops / t16 / 1e12,
-         base / 1e12, base > 0 ? flops / t16 / base : 0);
+  printf("BENCH tensor.attention.cuda value=%.4g unit=TFLOP/s baseline=%.4g ratio=%.3f\n",
+         flops / t16 / 1e12, base / 1e12, base > 0 ? flops / t16 / base : 0);
   rc = 0;
 done:
   tensor_free(c16, &hq), tensor_free(c16, &hd), tensor_free(c16, &qkv), tensor_free(c16, &dqkv);

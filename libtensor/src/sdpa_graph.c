@@ -28,7 +28,8 @@ static int add(sdpa_graph_t *g, int64_t uid, sdpa_dtype_t dt, const int64_t dim[
   sdpa_tensor_t *t = &g->t[i];
   t->uid = uid ? uid : SDPA_UID_VIRTUAL + i;
   t->dtype = dt;
-  for (int d = 0; d < 4; d++) t->dim[d] = dim[d], t->stride[d] = stride[d];
+  for (int d = 0; d < 4; d++)
+    t->dim[d] = dim[d], t->stride[d] = stride[d];
   t->is_virtual = is_virtual;
   t->by_value = 0;
   t->value = 0.f;
@@ -58,8 +59,8 @@ static int scalar(sdpa_graph_t *g, int64_t uid, float value, const char *name) {
   return i;
 }
 
-static int op(sdpa_graph_t *g, sdpa_opkind_t kind, int mode, sdpa_dtype_t compute, int x, int b, int t,
-              int y, const char *name) {
+static int op(sdpa_graph_t *g, sdpa_opkind_t kind, int mode, sdpa_dtype_t compute, int x, int b,
+              int t, int y, const char *name) {
   if (g->nops >= SDPA_MAX_OPS || x < 0 || y < 0) return -1;
   sdpa_op_t *o = &g->op[g->nops++];
   o->kind = kind, o->mode = mode, o->axis = 0, o->compute = compute;
@@ -84,7 +85,8 @@ static int causal(sdpa_graph_t *g, int s, int neg) {
     return -1;
   g->op[g->nops - 2].axis = 2;
   g->op[g->nops - 1].axis = 3;
-  if (op(g, SDPA_POINTWISE, SDPA_PW_CMP_GE, SDPA_BOOL, row, col, -1, keep, "row_ge_col") < 0) return -1;
+  if (op(g, SDPA_POINTWISE, SDPA_PW_CMP_GE, SDPA_BOOL, row, col, -1, keep, "row_ge_col") < 0)
+    return -1;
   return op(g, SDPA_POINTWISE, SDPA_PW_SELECT, SDPA_F32, s, neg, keep, out, "causal_select");
 }
 
@@ -110,8 +112,8 @@ static int forward(sdpa_graph_t *g, int q, int kt, int v, int scale, int neg) {
   if (s2 < 0 || op(g, SDPA_REDUCE, SDPA_RED_MAX, SDPA_F32, s2, -1, -1, m, "max") < 0 ||
       pw(g, SDPA_PW_SUB, s2, m, sub, "sub_max") < 0 || pw(g, SDPA_PW_EXP, sub, -1, e, "exp") < 0 ||
       op(g, SDPA_REDUCE, SDPA_RED_ADD, SDPA_F32, e, -1, -1, l, "sum") < 0 ||
-      pw(g, SDPA_PW_LOG, l, -1, logl, "log") < 0 || pw(g, SDPA_PW_ADD, m, logl, stats, "stats") < 0 ||
-      pw(g, SDPA_PW_DIV, e, l, p, "softmax") < 0)
+      pw(g, SDPA_PW_LOG, l, -1, logl, "log") < 0 ||
+      pw(g, SDPA_PW_ADD, m, logl, stats, "stats") < 0 || pw(g, SDPA_PW_DIV, e, l, p, "softmax") < 0)
     return -1;
   return op(g, SDPA_MATMUL, 0, SDPA_F32, p, v, -1, o, "matmul_P_V");
 }
@@ -144,7 +146,8 @@ static int backward(sdpa_graph_t *g, int q, int kt, int vt, int scale, int neg) 
   int s1 = virt(g, SDPA_F32, B, NH, T, T, "S_scaled");
   int s2 = virt(g, SDPA_F32, B, NH, T, T, "S_minus_stats");
   if (op(g, SDPA_MATMUL, 0, SDPA_F32, q, kt, -1, s, "matmul_Q_KT") < 0 ||
-      pw(g, SDPA_PW_MUL, s, scale, s1, "attn_scale") < 0 || pw(g, SDPA_PW_SUB, s1, stats, s2, "sub_stats") < 0)
+      pw(g, SDPA_PW_MUL, s, scale, s1, "attn_scale") < 0 ||
+      pw(g, SDPA_PW_SUB, s1, stats, s2, "sub_stats") < 0)
     return -1;
   int s3 = causal(g, s2, neg);
   int p = virt(g, SDPA_F32, B, NH, T, T, "P");
@@ -160,7 +163,8 @@ static int backward(sdpa_graph_t *g, int q, int kt, int vt, int scale, int neg) 
   int ds0 = virt(g, SDPA_F32, B, NH, T, T, "dS_unscaled");
   int ds = virt(g, SDPA_F32, B, NH, T, T, "dS");
   if (op(g, SDPA_MATMUL, 0, SDPA_F32, dout, vt, -1, dp, "matmul_dO_VT") < 0 ||
-      pw(g, SDPA_PW_SUB, dp, dsum, dp1, "sub_D") < 0 || pw(g, SDPA_PW_MUL, dp1, p, ds0, "mul_P") < 0 ||
+      pw(g, SDPA_PW_SUB, dp, dsum, dp1, "sub_D") < 0 ||
+      pw(g, SDPA_PW_MUL, dp1, p, ds0, "mul_P") < 0 ||
       pw(g, SDPA_PW_MUL, ds0, scale, ds, "dS_scale") < 0)
     return -1;
   /* dK = dS^T Q */

@@ -24,17 +24,37 @@ extern "C" {
 typedef enum { SDPA_F32, SDPA_BF16, SDPA_I32, SDPA_BOOL } sdpa_dtype_t;
 typedef enum { SDPA_MATMUL, SDPA_POINTWISE, SDPA_REDUCE, SDPA_RESHAPE } sdpa_opkind_t;
 typedef enum {
-  SDPA_PW_ADD, SDPA_PW_SUB, SDPA_PW_MUL, SDPA_PW_DIV, SDPA_PW_EXP, SDPA_PW_LOG,
-  SDPA_PW_IDENTITY, SDPA_PW_GEN_INDEX, SDPA_PW_CMP_GE, SDPA_PW_SELECT
+  SDPA_PW_ADD,
+  SDPA_PW_SUB,
+  SDPA_PW_MUL,
+  SDPA_PW_DIV,
+  SDPA_PW_EXP,
+  SDPA_PW_LOG,
+  SDPA_PW_IDENTITY,
+  SDPA_PW_GEN_INDEX,
+  SDPA_PW_CMP_GE,
+  SDPA_PW_SELECT
 } sdpa_pw_t;
 typedef enum { SDPA_RED_ADD, SDPA_RED_MAX } sdpa_red_t;
 
 /* Unique ids of the tensors a caller binds (the variant pack); virtual
  * tensors get ids from SDPA_UID_VIRTUAL on. */
 enum {
-  SDPA_UID_Q = 1, SDPA_UID_K, SDPA_UID_V, SDPA_UID_O, SDPA_UID_STATS, SDPA_UID_DO, SDPA_UID_DQ,
-  SDPA_UID_DK, SDPA_UID_DV, SDPA_UID_SCALE, SDPA_UID_NEG, SDPA_UID_ONE, SDPA_UID_DQ_ACCUM,
-  SDPA_UID_DSUM, SDPA_UID_VIRTUAL = 100
+  SDPA_UID_Q = 1,
+  SDPA_UID_K,
+  SDPA_UID_V,
+  SDPA_UID_O,
+  SDPA_UID_STATS,
+  SDPA_UID_DO,
+  SDPA_UID_DQ,
+  SDPA_UID_DK,
+  SDPA_UID_DV,
+  SDPA_UID_SCALE,
+  SDPA_UID_NEG,
+  SDPA_UID_ONE,
+  SDPA_UID_DQ_ACCUM,
+  SDPA_UID_DSUM,
+  SDPA_UID_VIRTUAL = 100
 };
 
 typedef struct {
@@ -53,8 +73,8 @@ typedef struct {
  * same elements seen with y's dims and strides. */
 typedef struct {
   sdpa_opkind_t kind;
-  int mode;         /* sdpa_pw_t or sdpa_red_t */
-  int axis;         /* GEN_INDEX: the dim whose index is generated */
+  int mode; /* sdpa_pw_t or sdpa_red_t */
+  int axis; /* GEN_INDEX: the dim whose index is generated */
   sdpa_dtype_t compute;
   int x, b, t, y;
   const char *name;

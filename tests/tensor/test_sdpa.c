@@ -9,8 +9,8 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 #include <strata/tensor.h>
+#include <string.h>
 
 #include "sdpa_graph.h"
 #if defined(STRATA_CUDA)
@@ -19,7 +19,8 @@
 
 static int64_t extent(const sdpa_tensor_t *t) { /* 1 + the largest element offset */
   int64_t e = 1;
-  for (int d = 0; d < 4; d++) e += (t->dim[d] - 1) * t->stride[d];
+  for (int d = 0; d < 4; d++)
+    e += (t->dim[d] - 1) * t->stride[d];
   return e;
 }
 
@@ -28,8 +29,10 @@ Test(sdpa, forward_layout) {
   int B = 2, T = 100, NH = 4, hs = 64, C = NH * hs;
   sdpa_graph_t g;
   cr_assert_eq(sdpa_graph_build(&g, 0, B, T, NH, hs), 0);
-  const sdpa_tensor_t *q = sdpa_graph_tensor(&g, SDPA_UID_Q), *kt = sdpa_graph_tensor(&g, SDPA_UID_K);
-  const sdpa_tensor_t *v = sdpa_graph_tensor(&g, SDPA_UID_V), *o = sdpa_graph_tensor(&g, SDPA_UID_O);
+  const sdpa_tensor_t *q = sdpa_graph_tensor(&g, SDPA_UID_Q),
+                      *kt = sdpa_graph_tensor(&g, SDPA_UID_K);
+  const sdpa_tensor_t *v = sdpa_graph_tensor(&g, SDPA_UID_V),
+                      *o = sdpa_graph_tensor(&g, SDPA_UID_O);
   const sdpa_tensor_t *st = sdpa_graph_tensor(&g, SDPA_UID_STATS);
   cr_assert(q && kt && v && o && st);
   int64_t qd[4] = {B, NH, T, hs}, qs[4] = {(int64_t)T * 3 * C, hs, 3 * C, 1};
@@ -43,7 +46,8 @@ Test(sdpa, forward_layout) {
   cr_expect(kt->dim[2] == hs && kt->dim[3] == T && kt->stride[2] == 1 && kt->stride[3] == 3 * C);
   cr_expect_eq(g.k_offset, C);
   cr_expect_eq(g.v_offset, 2 * C);
-  cr_expect(q->dtype == SDPA_BF16 && kt->dtype == SDPA_BF16 && v->dtype == SDPA_BF16 && o->dtype == SDPA_BF16);
+  cr_expect(q->dtype == SDPA_BF16 && kt->dtype == SDPA_BF16 && v->dtype == SDPA_BF16 &&
+            o->dtype == SDPA_BF16);
   /* O is [B, T, NH, hs]; the statistics are strata's lse [B, NH, T], f32 */
   int64_t od[4] = {B, NH, T, hs}, os[4] = {(int64_t)T * C, hs, C, 1};
   int64_t sd[4] = {B, NH, T, 1}, ss[4] = {(int64_t)NH * T, T, 1, 1};
@@ -67,13 +71,15 @@ Test(sdpa, forward_layout) {
       for (int64_t b = 0; b < t->dim[1]; b++)
         for (int64_t c = 0; c < t->dim[2]; c++)
           for (int64_t d = 0; d < t->dim[3]; d++) {
-            int64_t at = base[w] + a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
+            int64_t at =
+                base[w] + a * t->stride[0] + b * t->stride[1] + c * t->stride[2] + d * t->stride[3];
             cr_assert(at >= 0 && at < n, "%s element out of qkv", t->name);
             hit[at]++;
           }
   }
   int64_t bad = 0;
-  for (int64_t i = 0; i < n; i++) bad += hit[i] != 1;
+  for (int64_t i = 0; i < n; i++)
+    bad += hit[i] != 1;
   cr_expect_eq(bad, 0, "%lld qkv elements not covered exactly once", (long long)bad);
   free(hit);
   const sdpa_tensor_t *sc = sdpa_graph_tensor(&g, SDPA_UID_SCALE);
@@ -102,14 +108,15 @@ Test(sdpa, backward_layout) {
   cr_expect(vt->dim[2] == hs && vt->dim[3] == T && vt->stride[2] == 1 && vt->stride[3] == 3 * C);
   cr_expect_eq(g.dq_accum_bytes, (int64_t)B * NH * T * hs * 4);
   cr_expect_eq(g.dsum_bytes, (int64_t)B * NH * T * 4);
-  int want[14] = {SDPA_UID_Q, SDPA_UID_K, SDPA_UID_V, SDPA_UID_O, SDPA_UID_STATS, SDPA_UID_DO, SDPA_UID_DQ,
-                  SDPA_UID_DK, SDPA_UID_DV, SDPA_UID_SCALE, SDPA_UID_NEG, SDPA_UID_ONE, SDPA_UID_DQ_ACCUM,
-                  SDPA_UID_DSUM};
+  int want[14] = {SDPA_UID_Q,   SDPA_UID_K,   SDPA_UID_V,        SDPA_UID_O,   SDPA_UID_STATS,
+                  SDPA_UID_DO,  SDPA_UID_DQ,  SDPA_UID_DK,       SDPA_UID_DV,  SDPA_UID_SCALE,
+                  SDPA_UID_NEG, SDPA_UID_ONE, SDPA_UID_DQ_ACCUM, SDPA_UID_DSUM};
   int bound = 0;
   for (int i = 0; i < g.ntensors; i++)
     if (!g.t[i].is_virtual) {
       int found = 0;
-      for (int k = 0; k < 14; k++) found |= g.t[i].uid == want[k];
+      for (int k = 0; k < 14; k++)
+        found |= g.t[i].uid == want[k];
       cr_expect(found, "unexpected bound tensor %s", g.t[i].name);
       bound++;
     }
@@ -121,7 +128,8 @@ static void check_well_formed(const sdpa_graph_t *g) {
   int defined[SDPA_MAX_TENSORS] = {0};
   for (int i = 0; i < g->ntensors; i++) {
     int64_t u = g->t[i].uid;
-    int output = g->backward ? (u >= SDPA_UID_DQ && u <= SDPA_UID_DV) || u == SDPA_UID_DQ_ACCUM || u == SDPA_UID_DSUM
+    int output = g->backward ? (u >= SDPA_UID_DQ && u <= SDPA_UID_DV) || u == SDPA_UID_DQ_ACCUM ||
+                                   u == SDPA_UID_DSUM
                              : u == SDPA_UID_O || u == SDPA_UID_STATS;
     defined[i] = !g->t[i].is_virtual && !output; /* bound inputs and by-value scalars */
   }
@@ -129,8 +137,10 @@ static void check_well_formed(const sdpa_graph_t *g) {
     const sdpa_op_t *o = &g->op[k];
     const sdpa_tensor_t *x = &g->t[o->x], *y = &g->t[o->y];
     cr_assert(defined[o->x], "%s reads %s before it is written", o->name, x->name);
-    if (o->b >= 0) cr_assert(defined[o->b], "%s reads %s before it is written", o->name, g->t[o->b].name);
-    if (o->t >= 0) cr_assert(defined[o->t], "%s reads %s before it is written", o->name, g->t[o->t].name);
+    if (o->b >= 0)
+      cr_assert(defined[o->b], "%s reads %s before it is written", o->name, g->t[o->b].name);
+    if (o->t >= 0)
+      cr_assert(defined[o->t], "%s reads %s before it is written", o->name, g->t[o->t].name);
     cr_assert(!defined[o->y], "%s writes %s a second time", o->name, y->name);
     defined[o->y] = 1;
     if (o->kind == SDPA_MATMUL) {
@@ -143,17 +153,20 @@ static void check_well_formed(const sdpa_graph_t *g) {
       int in[3] = {o->x, o->b, o->t};
       for (int j = 0; j < 3; j++)
         for (int d = 0; j < 3 && in[j] >= 0 && d < 4; d++)
-          cr_expect(g->t[in[j]].dim[d] == y->dim[d] || g->t[in[j]].dim[d] == 1, "%s: %s does not broadcast",
-                    o->name, g->t[in[j]].name);
+          cr_expect(g->t[in[j]].dim[d] == y->dim[d] || g->t[in[j]].dim[d] == 1,
+                    "%s: %s does not broadcast", o->name, g->t[in[j]].name);
     } else if (o->kind == SDPA_REDUCE) {
-      for (int d = 0; d < 4; d++) cr_expect(y->dim[d] == x->dim[d] || y->dim[d] == 1, "%s: bad reduction", o->name);
+      for (int d = 0; d < 4; d++)
+        cr_expect(y->dim[d] == x->dim[d] || y->dim[d] == 1, "%s: bad reduction", o->name);
     } else {
       int64_t nx = 1, ny = 1;
-      for (int d = 0; d < 4; d++) nx *= x->dim[d], ny *= y->dim[d];
+      for (int d = 0; d < 4; d++)
+        nx *= x->dim[d], ny *= y->dim[d];
       cr_expect_eq(nx, ny, "%s: reshape changes the element count", o->name);
     }
   }
-  for (int i = 0; i < g->ntensors; i++) cr_expect(defined[i], "%s is never written", g->t[i].name);
+  for (int i = 0; i < g->ntensors; i++)
+    cr_expect(defined[i], "%s is never written", g->t[i].name);
 }
 
 Test(sdpa, well_formed) {
@@ -174,7 +187,8 @@ typedef struct {
 
 static float *at(const sdpa_tensor_t *t, float *buf, const int64_t i[4]) {
   int64_t off = 0;
-  for (int d = 0; d < 4; d++) off += (t->dim[d] == 1 ? 0 : i[d]) * t->stride[d];
+  for (int d = 0; d < 4; d++)
+    off += (t->dim[d] == 1 ? 0 : i[d]) * t->stride[d];
   return buf + off;
 }
 
@@ -224,7 +238,8 @@ static void run(const sdpa_graph_t *g, float *const *bound_by_uid) {
       for (i[0] = 0; i[0] < y->dim[0]; i[0]++)
         for (i[1] = 0; i[1] < y->dim[1]; i[1]++)
           for (i[2] = 0; i[2] < y->dim[2]; i[2]++)
-            for (i[3] = 0; i[3] < y->dim[3]; i[3]++) *at(y, yb, i) = o->mode == SDPA_RED_MAX ? -INFINITY : 0.f;
+            for (i[3] = 0; i[3] < y->dim[3]; i[3]++)
+              *at(y, yb, i) = o->mode == SDPA_RED_MAX ? -INFINITY : 0.f;
       for (i[0] = 0; i[0] < x->dim[0]; i[0]++)
         for (i[1] = 0; i[1] < x->dim[1]; i[1]++)
           for (i[2] = 0; i[2] < x->dim[2]; i[2]++)
@@ -266,7 +281,8 @@ static void fill(float *x, int64_t n, unsigned seed) {
 
 static double max_diff(const float *a, const float *b, int64_t n) {
   double m = 0;
-  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+  for (int64_t i = 0; i < n; i++)
+    m = fmax(m, fabs((double)a[i] - b[i]));
   return m;
 }
 
@@ -278,12 +294,15 @@ Test(sdpa, graph_means_causal_attention) {
   tensor_ctx_t *ctx;
   cr_assert_eq(tensor_ctx_create(&ctx, NULL), 0);
   float *qkv = malloc(nq * 4), *out = malloc(no * 4), *lse = malloc(nl * 4), *dout = malloc(no * 4);
-  float *dqkv = calloc(nq, 4), *gout = malloc(no * 4), *glse = malloc(nl * 4), *gdqkv = calloc(nq, 4);
+  float *dqkv = calloc(nq, 4), *gout = malloc(no * 4), *glse = malloc(nl * 4),
+        *gdqkv = calloc(nq, 4);
   float *dacc = malloc((size_t)B * NH * T * hs * 4), *dsum = malloc(nl * 4);
   fill(qkv, nq, 1), fill(dout, no, 2);
   int64_t sq[3] = {B, T, 3 * C}, so[3] = {B, T, C}, sl[3] = {B, NH, T};
-  tensor_t tq = tensor_view(qkv, TENSOR_F32, TENSOR_CPU, 3, sq), to = tensor_view(out, TENSOR_F32, TENSOR_CPU, 3, so);
-  tensor_t tl = tensor_view(lse, TENSOR_F32, TENSOR_CPU, 3, sl), tdo = tensor_view(dout, TENSOR_F32, TENSOR_CPU, 3, so);
+  tensor_t tq = tensor_view(qkv, TENSOR_F32, TENSOR_CPU, 3, sq),
+           to = tensor_view(out, TENSOR_F32, TENSOR_CPU, 3, so);
+  tensor_t tl = tensor_view(lse, TENSOR_F32, TENSOR_CPU, 3, sl),
+           tdo = tensor_view(dout, TENSOR_F32, TENSOR_CPU, 3, so);
   tensor_t tdq = tensor_view(dqkv, TENSOR_F32, TENSOR_CPU, 3, sq);
   cr_assert_eq(tensor_attention_forward(ctx, &to, &tl, &tq, NH), 0);
   cr_assert_eq(tensor_attention_backward(ctx, &tdq, &tdo, &tq, &to, &tl, NH), 0);
@@ -303,7 +322,8 @@ Test(sdpa, graph_means_causal_attention) {
   cr_assert_eq(sdpa_graph_build(&g, 1, B, T, NH, hs), 0);
   run(&g, bind);
   cr_expect(max_diff(gdqkv, dqkv, nq) < 1e-5, "dQ, dK, dV differ by %g", max_diff(gdqkv, dqkv, nq));
-  free(qkv), free(out), free(lse), free(dout), free(dqkv), free(gout), free(glse), free(gdqkv), free(dacc);
+  free(qkv), free(out), free(lse), free(dout), free(dqkv), free(gout), free(glse), free(gdqkv),
+      free(dacc);
   free(dsum);
   tensor_ctx_destroy(ctx);
 }
@@ -317,10 +337,11 @@ Test(sdpa, cudnn_accepts_descriptors) {
   for (int s = 0; s < 4; s++)
     for (int bw = 0; bw < 2; bw++) {
       char msg[512] = "";
-      int rc = tcu_sdpa_check_ops(bw, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], msg, sizeof msg);
+      int rc = tcu_sdpa_check_ops(bw, shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], msg,
+                                  sizeof msg);
       if (rc == 1) cr_skip_test("libcudnn.so.9 not found");
-      cr_expect_eq(rc, 0, "%s B%d T%d NH%d hs%d: %s", bw ? "backward" : "forward", shapes[s][0], shapes[s][1],
-                   shapes[s][2], shapes[s][3], msg);
+      cr_expect_eq(rc, 0, "%s B%d T%d NH%d hs%d: %s", bw ? "backward" : "forward", shapes[s][0],
+                   shapes[s][1], shapes[s][2], shapes[s][3], msg);
     }
 #else
   cr_skip_test("built without CUDA");

@@ -59,16 +59,18 @@ static void dnn_load(void) {
   }
   void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
-    fprintf(stderr, "strata: cuDNN not loaded (%s); CUDA attention runs strata's own kernel\n", dlerror());
+    fprintf(stderr, "strata: cuDNN not loaded (%s); CUDA attention runs strata's own kernel\n",
+            dlerror());
     return;
   }
   if (!(RESOLVE(get_version, "cudnnGetVersion") && RESOLVE(error_string, "cudnnGetErrorString") &&
         RESOLVE(last_error, "cudnnGetLastErrorString") && RESOLVE(create, "cudnnCreate") &&
         RESOLVE(destroy, "cudnnDestroy") && RESOLVE(create_desc, "cudnnBackendCreateDescriptor") &&
-        RESOLVE(destroy_desc, "cudnnBackendDestroyDescriptor") && RESOLVE(set, "cudnnBackendSetAttribute") &&
-        RESOLVE(get, "cudnnBackendGetAttribute") && RESOLVE(finalize, "cudnnBackendFinalize") &&
-        RESOLVE(execute, "cudnnBackendExecute"))) {
-    fprintf(stderr, "strata: libcudnn.so.9 lacks %s; CUDA attention runs strata's own kernel\n", dlerror());
+        RESOLVE(destroy_desc, "cudnnBackendDestroyDescriptor") &&
+        RESOLVE(set, "cudnnBackendSetAttribute") && RESOLVE(get, "cudnnBackendGetAttribute") &&
+        RESOLVE(finalize, "cudnnBackendFinalize") && RESOLVE(execute, "cudnnBackendExecute"))) {
+    fprintf(stderr, "strata: libcudnn.so.9 lacks %s; CUDA attention runs strata's own kernel\n",
+            dlerror());
     dlclose(h);
     return;
   }
@@ -109,7 +111,8 @@ struct tcu_sdpa {
 
 static void plan_release(sdpa_plan *p) {
   if (p->plan) dnn.destroy_desc(p->plan);
-  for (int i = p->ndescs - 1; i >= 0; i--) dnn.destroy_desc(p->descs[i]);
+  for (int i = p->ndescs - 1; i >= 0; i--)
+    dnn.destroy_desc(p->descs[i]);
   free(p->descs);
   p->plan = NULL, p->descs = NULL, p->ndescs = p->cap = 0;
 }
@@ -117,7 +120,8 @@ static void plan_release(sdpa_plan *p) {
 void tcu_sdpa_destroy(tcu_state *s) {
   tcu_sdpa *d = s->sdpa;
   if (!d) return;
-  for (int i = 0; i < d->n; i++) plan_release(&d->plans[i]);
+  for (int i = 0; i < d->n; i++)
+    plan_release(&d->plans[i]);
   free(d->plans);
   if (d->handle) dnn.destroy(d->handle);
   free(d);
@@ -133,7 +137,8 @@ struct builder {
   int oom;
 };
 
-static cudnnBackendDescriptor_t make(builder *b, cudnnBackendDescriptorType_t type, const char *what) {
+static cudnnBackendDescriptor_t make(builder *b, cudnnBackendDescriptorType_t type,
+                                     const char *what) {
   cudnnBackendDescriptor_t d = NULL;
   if (b->st || b->oom) return NULL;
   sdpa_plan *p = b->p;
@@ -203,12 +208,14 @@ static cudnnBackendDescriptor_t tensor_desc(builder *b, const sdpa_tensor_t *t) 
   set(b, d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid, t->name);
   set(b, d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, t->name);
   set(b, d, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt, t->name);
-  if (t->by_value) set(b, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, t->name);
+  if (t->by_value)
+    set(b, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, t->name);
   done(b, d, t->name);
   return d;
 }
 
-static cudnnBackendDescriptor_t op_desc(builder *b, const sdpa_op_t *o, cudnnBackendDescriptor_t *td) {
+static cudnnBackendDescriptor_t op_desc(builder *b, const sdpa_op_t *o,
+                                        cudnnBackendDescriptor_t *td) {
   cudnnBackendDescriptor_t op = NULL, sub;
   cudnnDataType_t comp = dtype_of(o->compute);
   const char *w = o->name;
@@ -229,27 +236,36 @@ static cudnnBackendDescriptor_t op_desc(builder *b, const sdpa_op_t *o, cudnnBac
     sub = make(b, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, w);
     set(b, sub, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode, w);
     set(b, sub, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &comp, w);
-    if (o->mode == SDPA_PW_GEN_INDEX) set(b, sub, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, w);
+    if (o->mode == SDPA_PW_GEN_INDEX)
+      set(b, sub, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis, w);
     done(b, sub, w);
     op = make(b, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, w);
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sub, w);
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->x], w);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sub,
+        w);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->x],
+        w);
     if (o->b >= 0)
-      set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->b], w);
+      set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->b],
+          w);
     if (o->t >= 0)
-      set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->t], w);
-    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->y], w);
+      set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->t],
+          w);
+    set(b, op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->y],
+        w);
     break;
   }
   case SDPA_REDUCE: {
-    cudnnReduceTensorOp_t red = o->mode == SDPA_RED_MAX ? CUDNN_REDUCE_TENSOR_MAX : CUDNN_REDUCE_TENSOR_ADD;
+    cudnnReduceTensorOp_t red =
+        o->mode == SDPA_RED_MAX ? CUDNN_REDUCE_TENSOR_MAX : CUDNN_REDUCE_TENSOR_ADD;
     sub = make(b, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, w);
     set(b, sub, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &red, w);
     set(b, sub, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp, w);
     done(b, sub, w);
     op = make(b, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, w);
-    set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->x], w);
-    set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->y], w);
+    set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->x],
+        w);
+    set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &td[o->y],
+        w);
     set(b, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &sub, w);
     break;
   }
@@ -271,23 +287,28 @@ static void choose_plan(builder *b, cudnnHandle_t handle, cudnnBackendDescriptor
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
   const char *why = "execution plan (no engine accepted the graph)";
   for (int m = 0; m < 2 && !b->p->plan && !b->st && !b->oom; m++) {
-    cudnnBackendDescriptor_t heur = make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
+    cudnnBackendDescriptor_t heur =
+        make(b, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
     if (!heur) return;
     int64_t count = 0, got = 0;
-    cudnnStatus_t st = dnn.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+    cudnnStatus_t st = dnn.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                               CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
     if (!st) st = dnn.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &modes[m]);
     if (!st) st = dnn.finalize(heur);
-    if (!st) st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
+    if (!st)
+      st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                   NULL);
     if (st) {
       last = st, why = "engine heuristics";
       continue;
     }
     if (count > 64) count = 64;
     cudnnBackendDescriptor_t cfg[64];
-    for (int64_t i = 0; i < count; i++) cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+    for (int64_t i = 0; i < count; i++)
+      cfg[i] = make(b, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
     if (b->st || b->oom) return;
-    if (count > 0 &&
-        (st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg))) {
+    if (count > 0 && (st = dnn.get(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg))) {
       last = st, why = "engine heuristics results";
       continue;
     }
@@ -295,7 +316,9 @@ static void choose_plan(builder *b, cudnnHandle_t handle, cudnnBackendDescriptor
       cudnnBackendDescriptor_t plan = NULL;
       st = dnn.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
       if (!st) st = dnn.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-      if (!st) st = dnn.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+      if (!st)
+        st = dnn.set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                     1, &cfg[i]);
       if (!st) st = dnn.finalize(plan);
       if (!st) {
         b->p->plan = plan;
@@ -311,11 +334,14 @@ static void choose_plan(builder *b, cudnnHandle_t handle, cudnnBackendDescriptor
 /* The tensor and operation descriptors of g, finalized (no device needed). */
 static void build_ops(builder *b, const sdpa_graph_t *g, cudnnBackendDescriptor_t *ops) {
   cudnnBackendDescriptor_t td[SDPA_MAX_TENSORS];
-  for (int i = 0; i < g->ntensors; i++) td[i] = tensor_desc(b, &g->t[i]);
-  for (int i = 0; i < g->nops; i++) ops[i] = op_desc(b, &g->op[i], td);
+  for (int i = 0; i < g->ntensors; i++)
+    td[i] = tensor_desc(b, &g->t[i]);
+  for (int i = 0; i < g->nops; i++)
+    ops[i] = op_desc(b, &g->op[i], td);
 }
 
-extern "C" int tcu_sdpa_check_ops(int backward, int B, int T, int NH, int hs, char *msg, size_t len) {
+extern "C" int tcu_sdpa_check_ops(int backward, int B, int T, int NH, int hs, char *msg,
+                                  size_t len) {
   pthread_once(&dnn_once, dnn_load);
   if (!dnn.version) return 1;
   sdpa_plan p;
@@ -344,9 +370,11 @@ extern "C" int tcu_sdpa_check_ops(int backward, int B, int T, int NH, int hs, ch
 static void build(builder *b, cudnnHandle_t handle, const sdpa_graph_t *g) {
   cudnnBackendDescriptor_t ops[SDPA_MAX_OPS];
   build_ops(b, g, ops);
-  cudnnBackendDescriptor_t graph = make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
+  cudnnBackendDescriptor_t graph =
+      make(b, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
   set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle, "operation graph");
-  set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, ops, "operation graph");
+  set(b, graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, ops,
+      "operation graph");
   done(b, graph, "operation graph");
   choose_plan(b, handle, graph);
   if (!b->st && !b->oom) {
@@ -368,7 +396,8 @@ static int plan_get(tensor_ctx_t *ctx, tcu_state *s, int backward, int B, int T,
     if (st) {
       char m[384];
       free(d);
-      return tensor_seterr(ctx, STRATA_ECUDA, "cudnnCreate on cuda:%d: %s", s->device, dnn_message(st, m, sizeof m));
+      return tensor_seterr(ctx, STRATA_ECUDA, "cudnnCreate on cuda:%d: %s", s->device,
+                           dnn_message(st, m, sizeof m));
     }
     s->sdpa = d;
   }
@@ -393,10 +422,12 @@ static int plan_get(tensor_ctx_t *ctx, tcu_state *s, int backward, int B, int T,
   const char *dir = backward ? "backward" : "forward";
   char why[512] = "";
   if (hs % 8 || hs > 256) {
-    snprintf(why, sizeof why, "head size %d (cuDNN's fused attention takes multiples of 8 up to 256)", hs);
+    snprintf(why, sizeof why,
+             "head size %d (cuDNN's fused attention takes multiples of 8 up to 256)", hs);
   } else if (backward && T % 128 && dnn.version < 91600) {
     /* before 9.16 cuDNN's backward needs a padding mask for such lengths */
-    snprintf(why, sizeof why, "sequence length %d with cuDNN %d (below 9.16 the backward needs T %% 128 == 0)", T,
+    snprintf(why, sizeof why,
+             "sequence length %d with cuDNN %d (below 9.16 the backward needs T %% 128 == 0)", T,
              dnn.version);
   } else {
     sdpa_graph_t *g = (sdpa_graph_t *)malloc(sizeof *g);
@@ -404,8 +435,9 @@ static int plan_get(tensor_ctx_t *ctx, tcu_state *s, int backward, int B, int T,
     builder b = {p, CUDNN_STATUS_SUCCESS, NULL, 0};
     if (sdpa_graph_build(g, backward, B, T, NH, hs)) {
       free(g);
-      return tensor_seterr(ctx, STRATA_EINVAL, "cuDNN attention graph for B %d T %d heads %d head size %d", B, T,
-                           NH, hs);
+      return tensor_seterr(ctx, STRATA_EINVAL,
+                           "cuDNN attention graph for B %d T %d heads %d head size %d", B, T, NH,
+                           hs);
     }
     p->dq_accum_bytes = g->dq_accum_bytes, p->dsum_bytes = g->dsum_bytes;
     build(&b, d->handle, g);
@@ -423,8 +455,11 @@ static int plan_get(tensor_ctx_t *ctx, tcu_state *s, int backward, int B, int T,
     }
   }
   if (!p->ok)
-    fprintf(stderr, "strata: cuDNN attention %s for B %d T %d heads %d head size %d not available (%s); strata's own "
-                    "kernel runs it\n", dir, B, T, NH, hs, why);
+    fprintf(stderr,
+            "strata: cuDNN attention %s for B %d T %d heads %d head size %d not available (%s); "
+            "strata's own "
+            "kernel runs it\n",
+            dir, B, T, NH, hs, why);
   d->n++;
   *out = p;
   return STRATA_OK;
@@ -440,33 +475,39 @@ static int wanted(tensor_ctx_t *ctx) {
   return dnn.version > 0;
 }
 
-static int execute(tensor_ctx_t *ctx, tcu_sdpa *d, sdpa_plan *p, int n, const int64_t *uids, void **ptrs,
-                   void *workspace) {
+static int execute(tensor_ctx_t *ctx, tcu_sdpa *d, sdpa_plan *p, int n, const int64_t *uids,
+                   void **ptrs, void *workspace) {
   cudnnBackendDescriptor_t pack = NULL;
   cudnnStatus_t st = dnn.create_desc(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
   if (!st) st = dnn.set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids);
   if (!st) st = dnn.set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs);
-  if (!st) st = dnn.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  if (!st)
+    st = dnn.set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
   if (!st) st = dnn.finalize(pack);
   if (!st) st = dnn.execute(d->handle, p->plan, pack);
   if (pack) dnn.destroy_desc(pack);
   if (st) {
     char m[384];
-    return tensor_seterr(ctx, STRATA_ECUDA, "cuDNN attention %s (B %d T %d heads %d head size %d): %s",
-                         p->backward ? "backward" : "forward", p->B, p->T, p->NH, p->hs, dnn_message(st, m, sizeof m));
+    return tensor_seterr(ctx, STRATA_ECUDA,
+                         "cuDNN attention %s (B %d T %d heads %d head size %d): %s",
+                         p->backward ? "backward" : "forward", p->B, p->T, p->NH, p->hs,
+                         dnn_message(st, m, sizeof m));
   }
   return STRATA_OK;
 }
 
-static size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+static size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 __global__ void k_acc_bf16(float *dst, const __nv_bfloat16 *src, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
     dst[i] += __bfloat162float(src[i]);
 }
 
-int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T, int C,
-                                int NH) {
+int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T,
+                     int C, int NH) {
   if (!wanted(ctx)) return TCU_SDPA_DECLINED;
   tcu_state *s;
   sdpa_plan *p;
@@ -483,7 +524,8 @@ int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv
   __nv_bfloat16 *q16 = (__nv_bfloat16 *)(base + oq), *o16 = (__nv_bfloat16 *)(base + oo);
   rc = tcu_cast(ctx, q16, TENSOR_BF16, qkv, TENSOR_F32, (int64_t)nqkv);
   if (rc) return rc;
-  int64_t uids[7] = {SDPA_UID_Q, SDPA_UID_K, SDPA_UID_V, SDPA_UID_O, SDPA_UID_STATS, SDPA_UID_SCALE, SDPA_UID_NEG};
+  int64_t uids[7] = {SDPA_UID_Q,     SDPA_UID_K,     SDPA_UID_V,  SDPA_UID_O,
+                     SDPA_UID_STATS, SDPA_UID_SCALE, SDPA_UID_NEG};
   void *ptrs[7] = {q16, q16 + C, q16 + 2 * C, o16, lse, &p->scale, &p->lowest};
   rc = execute(ctx, s->sdpa, p, 7, uids, ptrs, p->workspace ? base + ow : NULL);
   if (rc) return rc;
@@ -491,7 +533,7 @@ int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv
 }
 
 int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,
-                                 const float *out, const float *lse, int B, int T, int C, int NH) {
+                      const float *out, const float *lse, int B, int T, int C, int NH) {
   if (!wanted(ctx)) return TCU_SDPA_DECLINED;
   tcu_state *s;
   sdpa_plan *p;
@@ -500,7 +542,8 @@ int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const f
   if (rc) return rc;
   if (!p->ok) return TCU_SDPA_DECLINED;
   size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-  size_t oq = 0, oo = oq + align256(nqkv * 2), odo = oo + align256(no * 2), odq = odo + align256(no * 2);
+  size_t oq = 0, oo = oq + align256(nqkv * 2), odo = oo + align256(no * 2),
+         odq = odo + align256(no * 2);
   size_t oacc = odq + align256(nqkv * 2), osum = oacc + align256((size_t)p->dq_accum_bytes);
   size_t ow = osum + align256((size_t)p->dsum_bytes);
   void *scr;
@@ -515,11 +558,12 @@ int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const f
     return rc;
   /* cuDNN before 9.6 expects the dQ accumulator zeroed; later ones zero it themselves */
   CU(cudaMemsetAsync(base + oacc, 0, (size_t)p->dq_accum_bytes));
-  int64_t uids[14] = {SDPA_UID_Q, SDPA_UID_K, SDPA_UID_V, SDPA_UID_O, SDPA_UID_STATS, SDPA_UID_DO,
-                      SDPA_UID_DQ, SDPA_UID_DK, SDPA_UID_DV, SDPA_UID_SCALE, SDPA_UID_NEG, SDPA_UID_ONE,
-                      SDPA_UID_DQ_ACCUM, SDPA_UID_DSUM};
-  void *ptrs[14] = {q16, q16 + C, q16 + 2 * C, o16, (void *)lse, do16, dq16, dq16 + C, dq16 + 2 * C,
-                    &p->scale, &p->lowest, &p->one, base + oacc, base + osum};
+  int64_t uids[14] = {SDPA_UID_Q,   SDPA_UID_K,   SDPA_UID_V,        SDPA_UID_O,   SDPA_UID_STATS,
+                      SDPA_UID_DO,  SDPA_UID_DQ,  SDPA_UID_DK,       SDPA_UID_DV,  SDPA_UID_SCALE,
+                      SDPA_UID_NEG, SDPA_UID_ONE, SDPA_UID_DQ_ACCUM, SDPA_UID_DSUM};
+  void *ptrs[14] = {q16,        q16 + C, q16 + 2 * C, o16,          (void *)lse,
+                    do16,       dq16,    dq16 + C,    dq16 + 2 * C, &p->scale,
+                    &p->lowest, &p->one, base + oacc, base + osum};
   rc = execute(ctx, s->sdpa, p, 14, uids, ptrs, p->workspace ? base + ow : NULL);
   if (rc) return rc;
   k_acc_bf16<<<blocks_for((int64_t)nqkv, 256), 256>>>(dqkv, dq16, (int64_t)nqkv);
