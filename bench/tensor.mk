@@ -11,3 +11,11 @@ ifeq ($(HAVE_CUDA),1)
 $(eval $(call strata_program,bench_tensor_gpu,bench/tensor_gpt.c $(wildcard libparallel/src/model/gpt*.c),tensor,-DBENCH_GPU_DEFAULTS -Ilibparallel/include -Ilibparallel/src/model -DGPT_WITHOUT_COMM))
 GPU_BENCH += $(BUILD)/bin/bench_tensor_gpu
 endif
+# GPU machines: causal attention forward + backward at GPT-2's shape (B 8,
+# T 1024, 12 heads of 64) on a bf16 context (cuDNN's fused flash attention
+# where libcudnn.so.9 loads), in TFLOP/s against a cuBLAS bf16 GEMM measured
+# in the same run (goal: ratio >= 0.5); libtensor only.
+ifeq ($(HAVE_CUDA),1)
+$(eval $(call strata_program,bench_tensor_attention_gpu,bench/tensor_attention.c,tensor))
+GPU_BENCH += $(BUILD)/bin/bench_tensor_attention_gpu
+endif

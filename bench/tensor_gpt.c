@@ -29,6 +29,8 @@
 #include <strata/par_gpt.h>
 #include <strata/tensor.h>
 
+#include "gpu_gemm.h"
+
 void openblas_set_num_threads(int num_threads);
 
 static double now(void) {
@@ -100,35 +102,6 @@ static double sgemm_flops(sgemm_bench_t *g) {
   g_gemm_cpu = g->count ? g->cpu / g->count : 0;
   free(g->a), free(g->b), free(g->c);
   return g->count ? 2.0 * g->n * g->n * g->n / median(g->t, g->count) : 0;
-}
-
-/* cuBLAS bf16 GEMM (f32 accumulation and output) through libtensor, 8192^3. */
-static double gpu_gemm_peak(int device) {
-  tensor_ctx_t *tc = NULL;
-  tensor_t a = {0}, b = {0}, c = {0};
-  double flops = 0;
-  int64_t n = 8192, s[2] = {n, n};
-  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
-  o.device = device;
-  if (tensor_ctx_create(&tc, &o) || tensor_alloc(tc, &a, TENSOR_BF16, device, 2, s) ||
-      tensor_alloc(tc, &b, TENSOR_BF16, device, 2, s) || tensor_alloc(tc, &c, TENSOR_F32, device, 2, s))
-    goto done;
-  tensor_fill(tc, &a, 0.01f), tensor_fill(tc, &b, 0.02f);
-  double t[5];
-  if (tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f) || tensor_synchronize(tc)) goto done;
-  for (int r = 0; r < 5; r++) {
-    double t0 = now();
-    for (int k = 0; k < 10; k++)
-      if (tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f)) goto done;
-    if (tensor_synchronize(tc)) goto done; /* the GEMMs are asynchronous: time them finished */
-    t[r] = (now() - t0) / 10;
-  }
-  flops = 2.0 * n * n * n / median(t, 5);
-done:
-  if (tc && flops == 0) fprintf(stderr, "gpu gemm: %s\n", tensor_last_error(tc));
-  tensor_free(tc, &a), tensor_free(tc, &b), tensor_free(tc, &c);
-  tensor_ctx_destroy(tc);
-  return flops;
 }
 
 int main(int argc, char **argv) {

@@ -52,7 +52,7 @@ CUDA_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=
               -gencode arch=compute_90,code=compute_90
 NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCHS) -Werror all-warnings -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra,-Wno-unused-parameter,-Werror \
               -Iinclude -I$(CUDA_HOME)/include -DSTRATA_CUDA=1 -DOMPI_SKIP_MPICXX=1 $(EXTRA_NVCCFLAGS)
-CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl \
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -ldl \
               -lcudart -lstdc++
 ifeq ($(HAVE_CUDA),1)
   CFLAGS_ALL += -DSTRATA_CUDA=1 -I$(CUDA_HOME)/include

@@ -10,13 +10,13 @@ dest=$1 tests=$2 benches=$3
 rm -rf "$dest"
 mkdir -p "$dest/tests" "$dest/bench" "$dest/lib"
 # glibc, the driver and the big CUDA libraries (hundreds of MiB; the GPU machine
-# has them) stay behind. The CUDA runtime (under 1 MiB) travels: the programs
+# has them) stay behind, cuDNN too (libtensor opens it at run time). The CUDA runtime (under 1 MiB) travels: the programs
 # then run against the runtime they were built with, wherever the machine keeps
 # its own.
 # libstdc++ and libgcc_s stay too: every machine with the toolkit has them, and
 # NCCL there may need a newer libstdc++ than this one (the programs need only
 # GLIBCXX_3.4).
-skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink)'
+skip='^(linux-vdso|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|ld-linux|libresolv|libstdc\+\+|libgcc_s|libcuda\.|libcublas|libnccl|libnvrtc|libcurand|libnvJitLink|libcudnn)'
 copy_deps() {
   ldd "$1" 2>/dev/null | awk '/=> \// {print $1, $3}' | while read -r name path; do
     [[ $name =~ $skip ]] && continue
@@ -45,13 +45,15 @@ export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # cuBLAS and NCCL (hundreds of MiB) do not travel: each one the programs need
 # and the loader cannot find is looked for in the toolkit's folders, in Python
 # wheels (PyTorch's nvidia-* packages), then anywhere under /usr, /opt, /root.
-for lib in $(ldd "$here"/tests/* "$here"/bench/* 2>/dev/null | awk '/=> not found/ {print $1}' | sort -u); do
-  found=
-  for d in /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /usr/local/lib \
-      $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' 2>/dev/null); do
-    [ -e "$d/$lib" ] && { found=$d/$lib; break; }
+find_lib() {
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu \
+      /usr/local/lib $(python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in sorted(os.listdir(p))]' 2>/dev/null); do
+    [ -e "$d/$1" ] && { echo "$d/$1"; return; }
   done
-  [ -n "$found" ] || found=$(find /usr /opt /root -name "$lib" 2>/dev/null | head -n 1)
+  find /usr /opt /root -name "$1" 2>/dev/null | head -n 1
+}
+for lib in $(ldd "$here"/tests/* "$here"/bench/* 2>/dev/null | awk '/=> not found/ {print $1}' | sort -u); do
+  found=$(find_lib "$lib")
   if [ -n "$found" ]; then
     echo "gpu tests: $lib from $found"
     LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
@@ -59,6 +61,17 @@ for lib in $(ldd "$here"/tests/* "$here"/bench/* 2>/dev/null | awk '/=> not foun
     echo "gpu tests: $lib not found on this machine; programs that need it will fail to start"
   fi
 done
+# cuDNN is opened at run time (dlopen), so ldd does not list it: found the same
+# way, its folder goes on LD_LIBRARY_PATH; without it attention runs strata's
+# own kernel (STRATA_ATTENTION=own asks for that anyway).
+found=$(find_lib libcudnn.so.9)
+if [ -n "$found" ]; then
+  echo "gpu tests: libcudnn.so.9 from $found"
+  LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$found")"
+else
+  echo "gpu tests: libcudnn.so.9 not found on this machine; attention runs strata's own kernel"
+fi
+export LD_LIBRARY_PATH
 # a hung program reports instead of holding the machine (seconds per program)
 limit=${STRATA_GPU_TIMEOUT:-600}
 tmo=; command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"

@@ -29,10 +29,19 @@ void **tensor_ctx_cuda_state(tensor_ctx_t *ctx) { return &ctx->cuda; }
 void **tensor_ctx_cublaslt(tensor_ctx_t *ctx) { return &ctx->cublaslt; }
 int tensor_ctx_device(const tensor_ctx_t *ctx) { return ctx->device; }
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx) { return ctx->bf16_matmul; }
+int tensor_ctx_attention(const tensor_ctx_t *ctx) { return ctx->attention; }
 
 int tensor_cuda_device_count(void) {
 #if defined(STRATA_CUDA)
   return tcu_device_count();
+#else
+  return 0;
+#endif
+}
+
+int tensor_cudnn_version(void) {
+#if defined(STRATA_CUDA)
+  return tcu_cudnn_version();
 #else
   return 0;
 #endif
@@ -44,7 +53,8 @@ int tensor_ctx_create(tensor_ctx_t **out, const tensor_ctx_options_t *opts) {
   *out = NULL;
   if (opts) o = *opts;
   if (o.threads < 0 || o.device < 0 || o.device >= TENSOR_MAX_DEVICES ||
-      (unsigned)o.cuda_alloc > TENSOR_CUDA_ALLOC_DIRECT)
+      (unsigned)o.cuda_alloc > TENSOR_CUDA_ALLOC_DIRECT || o.attention < TENSOR_ATTENTION_AUTO ||
+      o.attention > TENSOR_ATTENTION_CUDNN)
     return STRATA_EINVAL;
   tensor_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (!ctx) return STRATA_ENOMEM;
@@ -62,6 +72,7 @@ int tensor_ctx_create(tensor_ctx_t **out, const tensor_ctx_options_t *opts) {
                                                        : -1;
     if (ctx->cuda_alloc < 0) snprintf(ctx->cuda_alloc_env, sizeof ctx->cuda_alloc_env, "%s", e);
   }
+  ctx->attention = o.attention;
   /* The context owns the cores through OpenMP; OpenBLAS runs single-threaded
    * inside its regions (see the header). */
   openblas_set_num_threads(1);

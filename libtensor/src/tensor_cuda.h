@@ -18,9 +18,17 @@ void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
 void **tensor_ctx_cublaslt(tensor_ctx_t *ctx);
 int tensor_ctx_device(const tensor_ctx_t *ctx);
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
+int tensor_ctx_attention(const tensor_ctx_t *ctx);
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
 
 int tcu_device_count(void);
+/* cuDNN's version (e.g. 91900) once libcudnn.so.9 is loaded, 0 when it is absent. */
+int tcu_cudnn_version(void);
+/* Builds and finalizes cuDNN's tensor and operation descriptors of the
+ * attention graph (sdpa_graph.h) without a device, so cuDNN itself checks its
+ * dims, strides and types anywhere: 0 ok, 1 cuDNN absent, -1 refused (msg says
+ * which descriptor and why). */
+int tcu_sdpa_check_ops(int backward, int B, int T, int NH, int hs, char *msg, size_t len);
 void tcu_ctx_destroy(tensor_ctx_t *ctx);
 int tcu_sync(tensor_ctx_t *ctx);
 /* A segment of device memory for the context's pool (alloc.cu): cudaMalloc

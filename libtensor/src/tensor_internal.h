@@ -27,6 +27,7 @@ struct tensor_ctx {
   int cuda_alloc;         /* TENSOR_CUDA_ALLOC_CACHE or _DIRECT; -1: a bad STRATA_CUDA_ALLOC */
   char cuda_alloc_env[32]; /* that bad value, for the message */
   tensor_devmem_t devmem[TENSOR_MAX_DEVICES];
+  int attention; /* tensor_attention_t */
   atomic_size_t mem_current[TENSOR_MAX_DEVICES + 1]; /* slot 0: cpu, slot n+1: cuda:n */
   atomic_size_t mem_peak[TENSOR_MAX_DEVICES + 1];
   size_t mem_limit[TENSOR_MAX_DEVICES + 1];          /* 0: none (tensor_memory_set_limit) */
@@ -46,6 +47,7 @@ void **tensor_ctx_cuda_state(tensor_ctx_t *ctx);
 void **tensor_ctx_cublaslt(tensor_ctx_t *ctx);
 int tensor_ctx_device(const tensor_ctx_t *ctx);
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx);
+int tensor_ctx_attention(const tensor_ctx_t *ctx);
 
 /* One exit per function: CHECK sets rc and jumps to `fail`. */
 #define CHECK(cond, code, ...)                                                                     \

@@ -637,6 +637,75 @@ done:
   par_gpt_destroy(gpu);
 }
 
+/* cuDNN's fused attention (bf16 contexts) against the CPU in f32, forward and
+ * backward. Tolerance, from bf16's 8-bit mantissa (inputs rounded with
+ * relative error u = 2^-9):
+ * - scores s = scale q.k carry |ds| <= d = scale (2u + u^2) max_ij sum_c |q_ic k_jc|
+ *   (f32 accumulation adds nothing comparable);
+ * - so softmax weights move by a factor within e^{+-2d}; P is rounded to bf16
+ *   for the second GEMM (u), V was rounded (u) and O is rounded on output (u):
+ *   |dO_ic| <= (2d + 3u) max|v| with unit-scale data, checked per element
+ *   (about 0.03 for uniform [-1, 1) data and hs 64, a bound, not a typical);
+ * - the statistics are f32 from the same scores: |dlse| <= d;
+ * - the gradients multiply about six rounded factors (P, dO, V in dP, the bf16
+ *   dS, K or Q, the bf16 output) and the score error: each element is off by a
+ *   few u relative to the sum of magnitudes it adds up, so we check the
+ *   relative 2-norm difference against 2e-2 (10 u), and expect a few 1e-3.
+ * And where cuDNN loaded, its result must differ from strata's f32 kernel (or
+ * cuDNN did not run). */
+static void test_attention_cudnn(int B, int T, int NH, int hs) {
+  int C = NH * hs, version = tensor_cudnn_version();
+  char name[96];
+  snprintf(name, sizeof name, "cuDNN attention B%d T%d NH%d hs%d", B, T, NH, hs);
+  if (!version) {
+    printf("skip %-40s (libcudnn.so.9 not found)\n", name);
+    return;
+  }
+  int64_t sq[3] = {B, T, 3 * C}, so[3] = {B, T, C}, sl[3] = {B, NH, T};
+  tensor_t q = hrand(3, sq, 61, 1.f), o = hrand(3, so, 62, 1.f), l = hrand(3, sl, 63, 1.f);
+  tensor_t dq = todev(&q), dout = todev(&o), dl = todev(&l), own = todev(&o), ownl = todev(&l);
+  must(tensor_attention_forward(ctx, &o, &l, &q, NH), name);
+  must(tensor_attention_forward(ctx16, &dout, &dl, &dq, NH), name);
+  must(tensor_attention_forward(ctx, &own, &ownl, &dq, NH), name);
+  const float *x = q.data;
+  double smax = 0;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++)
+        for (int j = 0; j <= i; j++) {
+          const float *qi = x + ((size_t)b * T + i) * 3 * C + h * hs, *kj = x + ((size_t)b * T + j) * 3 * C + C + h * hs;
+          double a = 0;
+          for (int c = 0; c < hs; c++) a += fabs((double)qi[c] * kj[c]);
+          smax = a > smax ? a : smax;
+        }
+  double u = 1.0 / 512, d = (2 * u + u * u) * smax / sqrt((double)hs);
+  expect(name, &dout, &o, (2 * d + 3 * u), 0, NULL, 0);
+  char lname[128];
+  snprintf(lname, sizeof lname, "%s lse", name);
+  expect(lname, &dl, &l, d + 1e-5, 1e-5, NULL, 0);
+  float *g16 = fetch(&dout), *gown = fetch(&own);
+  int64_t no = tensor_numel(&o);
+  checks++;
+  if (!memcmp(g16, gown, (size_t)no * sizeof(float))) {
+    failures++;
+    printf("FAIL %-40s equals strata's f32 kernel bit for bit: cuDNN did not run\n", name);
+  }
+  free(g16), free(gown);
+  /* backward, accumulating into the same random dqkv on both sides */
+  tensor_t g = hrand(3, so, 64, 1.f), gq = hrand(3, sq, 65, 1.f), dg = todev(&g), dgq = todev(&gq);
+  must(tensor_attention_backward(ctx, &gq, &g, &q, &o, &l, NH), name);
+  must(tensor_attention_backward(ctx16, &dgq, &dg, &dq, &dout, &dl, NH), name);
+  float *gg = fetch(&dgq);
+  int64_t nq = tensor_numel(&q);
+  double r = rel_diff(gg, gq.data, (size_t)nq);
+  checks++;
+  failures += !(r <= 2e-2);
+  printf("%s %-40s backward: relative 2-norm difference %.3g (tolerance 2e-2)\n", r <= 2e-2 ? "ok  " : "FAIL", name, r);
+  free(gg);
+  tensor_t all[12] = {q, o, l, dq, dout, dl, own, ownl, g, gq, dg, dgq};
+  freeall(all, 12);
+}
+
 int main(void) {
   tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
   if (tensor_ctx_create(&ctx, &o)) return 2;
@@ -666,6 +735,12 @@ int main(void) {
   test_casts();
   test_ragged();
   test_errors();
+  /* cuDNN's fused attention on the bf16 context (skipped where cuDNN is absent);
+   * T 100 is no multiple of cuDNN's 64-row tiles */
+  test_attention_cudnn(2, 64, 4, 64);
+  test_attention_cudnn(2, 128, 4, 64);
+  test_attention_cudnn(2, 100, 4, 64);
+  test_attention_cudnn(1, 256, 2, 128);
   test_model(0, 0);
   test_model(0, 1);
   test_model(1, 0);

@@ -1,6 +1,7 @@
 # libtensor unit tests: finite-difference checks of every backward against
-# double-precision references, RNG sharding, errors, memory accounting.
-$(eval $(call strata_criterion,test_tensor,$(wildcard tests/tensor/test_*.c),tensor))
+# double-precision references, RNG sharding, errors, memory accounting, and
+# the cuDNN attention graphs (test_sdpa.c reads libtensor's internal header).
+$(eval $(call strata_criterion,test_tensor,$(wildcard tests/tensor/test_*.c),tensor,-Ilibtensor/src))
 $(eval $(call strata_program,tensor_readme_example,tests/tensor/readme_example.c,tensor))
 TEST_SUITES += sh:tests/tensor/readme_example.sh
 # CPU vs CUDA equivalence (GPU machines, `make test-gpu`): a plain program

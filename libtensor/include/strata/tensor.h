@@ -76,9 +76,21 @@ typedef struct {
   int bf16_matmul; /* CUDA only: f32 matmuls run cuBLAS with bf16 inputs and f32
                       accumulation (inputs rounded to bf16 on the fly) */
   tensor_cuda_alloc_t cuda_alloc;
+  int attention;   /* CUDA only: which causal attention kernel runs (tensor_attention_t) */
 } tensor_ctx_options_t;
 #define TENSOR_CTX_OPTIONS_DEFAULTS                                                                \
-  {.threads = 0, .device = 0, .bf16_matmul = 0, .cuda_alloc = TENSOR_CUDA_ALLOC_AUTO}
+  {.threads = 0, .device = 0, .bf16_matmul = 0, .cuda_alloc = TENSOR_CUDA_ALLOC_AUTO, .attention = 0}
+
+/* The CUDA attention kernels. strata's own is f32 throughout and exact
+ * against the CPU; cuDNN's fused flash attention (cuDNN 9, loaded at run time
+ * from libcudnn.so.9) runs on tensor cores with Q, K, V, O, dO and the
+ * gradients rounded to bf16, f32 accumulation and f32 row statistics.
+ * AUTO: the environment variable STRATA_ATTENTION=own|cudnn decides for
+ * contexts with bf16_matmul, which otherwise use cuDNN when it loads; f32
+ * contexts use strata's kernel. CUDNN asks for cuDNN on any context. Where
+ * cuDNN is absent, or has no engine for a shape, strata's kernel runs (one
+ * line on stderr says so, once). */
+typedef enum { TENSOR_ATTENTION_AUTO = 0, TENSOR_ATTENTION_OWN = 1, TENSOR_ATTENTION_CUDNN = 2 } tensor_attention_t;
 
 /* Creates a context (NULL options = defaults). Caller destroys it. */
 STRATA_API int tensor_ctx_create(tensor_ctx_t **ctx, const tensor_ctx_options_t *opts);
@@ -92,6 +104,10 @@ STRATA_API const char *tensor_strerror(int code);
 STRATA_API int tensor_ctx_threads(const tensor_ctx_t *ctx);
 /* Number of CUDA devices usable by this build (0 without CUDA or GPU). */
 STRATA_API int tensor_cuda_device_count(void);
+/* The version of the cuDNN library attention can use (e.g. 91900 for 9.19.0),
+ * loaded on first call; 0 on builds without CUDA or where libcudnn.so.9 is
+ * absent. */
+STRATA_API int tensor_cudnn_version(void);
 /* Waits for all queued device work of the context (no-op on CPU). */
 STRATA_API int tensor_synchronize(tensor_ctx_t *ctx);
 

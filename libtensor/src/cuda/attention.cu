@@ -5,7 +5,9 @@
  * recomputes P tile by tile (algorithm 2 / appendix B.2): dV += P^T dO,
  * dS = P (dO V^T - D), D = rowsum(dO * O), dK += dS^T Q, dQ += dS K. f32
  * throughout on the CUDA cores, written for clarity and exactness against the
- * CPU reference; a tensor-core (bf16 mma) version is the next step for speed. */
+ * CPU reference. Contexts with bf16 matmuls hand attention to cuDNN's fused
+ * flash attention on tensor cores first (cudnn_attention.cu); this kernel
+ * runs where cuDNN is absent or declines. */
 #include "common.cuh"
 
 #define BR 16 /* query rows per tile */
@@ -193,8 +195,10 @@ static int attn_launch_check(tensor_ctx_t *ctx, const char *fn, const void *kern
 
 extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv,
                                      int B, int T, int C, int NH) {
+  int rc = tcu_sdpa_forward(ctx, out, lse, qkv, B, T, C, NH);
+  if (rc != TCU_SDPA_DECLINED) return rc;
   tcu_state *s;
-  int rc = tcu_state_get(ctx, &s);
+  rc = tcu_state_get(ctx, &s);
   if (rc) return rc;
   int hs = C / NH;
   size_t smem = sizeof(float) * ((size_t)2 * BR * hs + 2 * BC * (hs + 1) + BR * BC + 3 * BR);
@@ -210,8 +214,10 @@ extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, 
 extern "C" int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout,
                                       const float *qkv, const float *out, const float *lse, int B,
                                       int T, int C, int NH) {
+  int rc = tcu_sdpa_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  if (rc != TCU_SDPA_DECLINED) return rc;
   tcu_state *s;
-  int rc = tcu_state_get(ctx, &s);
+  rc = tcu_state_get(ctx, &s);
   if (rc) return rc;
   int hs = C / NH;
   int64_t rows = (int64_t)B * NH * T;

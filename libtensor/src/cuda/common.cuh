@@ -37,12 +37,15 @@
     }                                                                                              \
   } while (0)
 
+struct tcu_sdpa; /* cuDNN's handle and attention plans (cudnn_attention.cu) */
+
 struct tcu_state {
   int device;
   cublasHandle_t blas;
-  void *scratch; /* bf16 copies of f32 GEMM operands, attention row terms */
+  void *scratch; /* bf16 copies of f32 GEMM and attention operands, attention row terms, cuDNN workspace */
   size_t scratch_bytes;
   int *flag; /* device-side error flag (e.g. an embedding id out of range) */
+  tcu_sdpa *sdpa; /* NULL until attention first goes to cuDNN */
 };
 
 /* The context's CUDA state, created on first use on the context's device. */
@@ -50,6 +53,16 @@ int tcu_state_get(tensor_ctx_t *ctx, tcu_state **out);
 /* Scratch of at least `bytes` (grown, never shrunk; not counted by the accountant
  * because it is workspace, like cuBLAS's own). */
 int tcu_scratch(tensor_ctx_t *ctx, size_t bytes, void **p);
+
+/* cuDNN's fused attention (cudnn_attention.cu): same arguments as
+ * tcu_attention_forward/backward; TCU_SDPA_DECLINED when the context does not
+ * use cuDNN or cuDNN has no plan for the shape (strata's kernel then runs). */
+#define TCU_SDPA_DECLINED 1
+int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                      const float *lse, int B, int T, int C, int NH);
+/* Frees the cuDNN handle and plans of a state (tcu_ctx_destroy). */
+void tcu_sdpa_destroy(tcu_state *s);
 
 static inline unsigned blocks_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;

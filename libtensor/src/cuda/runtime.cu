@@ -65,6 +65,7 @@ extern "C" void tcu_ctx_destroy(tensor_ctx_t *ctx) {
   if (!s) return;
   cudaSetDevice(s->device);
   cudaDeviceSynchronize();
+  tcu_sdpa_destroy(s);
   cublasDestroy(s->blas);
   cudaFree(s->scratch);
   cudaFree(s->flag);
