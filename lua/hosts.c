@@ -150,3 +150,14 @@ void lstrata_this_node(char *out, size_t n) {
   if (gethostname(out, n) != 0) snprintf(out, n, "?");
   out[n - 1] = 0;
 }
+
+int lstrata_hosts_busiest(const lstrata_hosts_t *hs, int np) {
+  if (!hs->n) return np; /* one machine (or Slurm's count alone): all of them together */
+  int most = 0;
+  for (int i = 0, left = np; i < hs->n && left > 0; i++) {
+    int here = hs->h[i].slots < left ? hs->h[i].slots : left;
+    if (here > most) most = here;
+    left -= here;
+  }
+  return most > 0 ? most : 1;
+}

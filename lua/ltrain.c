@@ -96,6 +96,30 @@ static const char *cfg_str(lua_State *L, const char *sec, const char *key) {
   return v;
 }
 
+/* An elastic run (elastic.min_ranks under strata run -n): the planner's
+ * bytes per rank for every rank count the launcher may choose after a
+ * failure (min_ranks up to the ranks the run has, or grows to), and the
+ * memory a rank has (offload.device_mb, else the node's shared by its
+ * ranks), for the launcher to pick among the layouts that fit. */
+static void plan_elastic_ranks(lua_State *L, par_engine_t *e, int size) {
+  lua_getfield(L, 1, "elastic");
+  lua_getfield(L, -1, "min_ranks");
+  int elastic = lua_isinteger(L, -1), lo = (int)lua_tointeger(L, -1);
+  lua_pop(L, 2);
+  lua_getfield(L, 1, "_grow_ranks");
+  int hi = lua_isinteger(L, -1) && lua_tointeger(L, -1) > size ? (int)lua_tointeger(L, -1) : size;
+  lua_pop(L, 1);
+  if (!elastic || !getenv("STRATA_ELASTIC_FILE")) return;
+  char lines[8192];
+  double need, node = 0;
+  size_t k = (size_t)snprintf(lines, sizeof lines, "device_bytes=%.0f\n", cfg_num(L, "offload", "device_mb") * 1048576.0);
+  for (int n = lo; n <= hi && k < sizeof lines - 64; n++)
+    if (par_engine_plan_ranks(e, n, &need, &node) == STRATA_OK)
+      k += (size_t)snprintf(lines + k, sizeof lines - k, "need_%d=%.0f\n", n, need);
+  if (k < sizeof lines - 64) snprintf(lines + k, sizeof lines - k, "node_bytes=%.0f\n", node);
+  lstrata_elastic_append(lines);
+}
+
 /* mkdir -p of the folder holding path (best effort; errors show on open). */
 static void make_parent(const char *path) {
   char buf[1024];
@@ -371,6 +395,7 @@ static int l_train(lua_State *L) {
   if (size > 1) MPI_Barrier(eo.comm);
   if (to.resume && access(to.resume, R_OK) != 0)
     run_fail(L, 1, "train.resume: no checkpoint at '%s' (%s)", to.resume, strerror(errno));
+  if (rank == 0) plan_elastic_ranks(L, r->e, size);
   if (rank == 0) {
     if (overwrite) { /* overwrite = true: the earlier run's outputs go now, not a stale checkpoint left behind */
       unlink(to.ckpt_path);

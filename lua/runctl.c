@@ -238,6 +238,15 @@ static void elastic_write(const char *head) {
   close(fd);
 }
 
+void lstrata_elastic_append(const char *lines) {
+  const char *f = getenv("STRATA_ELASTIC_FILE");
+  int fd = f && *f ? open(f, O_WRONLY | O_APPEND | O_CREAT, 0600) : -1;
+  if (fd < 0) return;
+  if (write(fd, lines, strlen(lines)) < 0) {
+  }
+  close(fd);
+}
+
 static void elastic_record(const char *what) {
   char head[2600];
   snprintf(head, sizeof head, "failure=%s\nstep=%ld", what, status->step);
@@ -482,6 +491,11 @@ int lstrata_launch(char **av) {
   return WEXITSTATUS(ws);
 }
 
+static const char *bytes_text(char *buf, double bytes) {
+  snprintf(buf, 24, bytes >= 1e9 ? "%.1f GB" : "%.1f MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+  return buf;
+}
+
 int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done,
                          lstrata_hosts_t *hs, char *ckpt, size_t ckpt_n, long *global_batch) {
   if (status_code == 0 || status_code == 2 || interrupts) return 0; /* done, bad input, stopped by the user */
@@ -535,23 +549,45 @@ int lstrata_elastic_next(const char *file, int status_code, int np, int restarts
   if (hs->total) lstrata_hosts_drop(hs, node);
   long top = np - 1;
   if (hs->total && hs->total < top) top = hs->total;
+  /* ... and that the planner says fits (the ranks' records: its bytes per
+   * rank for each count, and a rank's memory: the device's, else the
+   * node's shared by the ranks placed on the busiest machine) */
+  elastic_value(text, "device_bytes", v, sizeof v);
+  double device_bytes = atof(v), need = 0, have = 0;
+  elastic_value(text, "node_bytes", v, sizeof v);
+  double node_bytes = atof(v);
+  char unfit[192] = "", b1[24], b2[24];
   for (long n = top; n >= min_ranks && n >= model_ranks; n--) {
     long dp = n / model_ranks;
     if (n % model_ranks || *global_batch % (dp * batch) || (start > 0 && start % (dp * batch))) continue;
+    char key[32];
+    snprintf(key, sizeof key, "need_%ld", n);
+    elastic_value(text, key, v, sizeof v);
+    need = atof(v);
+    have = device_bytes > 0 ? device_bytes : node_bytes > 0 ? node_bytes / lstrata_hosts_busiest(hs, (int)n) : 0;
+    if (need > 0 && have > 0 && need > have) {
+      if (!unfit[0])
+        snprintf(unfit, sizeof unfit, " (on %ld rank%s the planner's %s per rank, of %s: %s)", n, n == 1 ? "" : "s",
+                 bytes_text(b1, need), bytes_text(b2, have), device_bytes > 0 ? "offload.device_mb" : "the node's memory");
+      continue;
+    }
     struct stat sb; /* the time lost: since the checkpoint was saved (the steps after it are redone) */
     double lost = stat(ckpt, &sb) == 0 ? difftime(time(NULL), sb.st_mtime) : 0;
     if (hs->n) lstrata_hosts_place(hs, (int)n, place, sizeof place);
+    char planned[96] = "";
+    if (need > 0 && have > 0)
+      snprintf(planned, sizeof planned, ", the planner's %s per rank of %s", bytes_text(b1, need), bytes_text(b2, have));
     fprintf(stderr,
             "strata: elastic: %s%s%s; relaunching on %ld rank%s%s%s (data-parallel %ld -> %ld, %ld microbatches a step, "
-            "global batch %ld) from the checkpoint of step %ld, %ld step%s to redo (%.0f s lost)\n",
+            "global batch %ld%s) from the checkpoint of step %ld, %ld step%s to redo (%.0f s lost)\n",
             failure, hs->n && node[0] ? " on " : "", hs->n ? node : "", n, n == 1 ? "" : "s", place[0] ? " over " : "",
-            place, (long)np / model_ranks, dp, *global_batch / (dp * batch), *global_batch, ckpt_step,
+            place, (long)np / model_ranks, dp, *global_batch / (dp * batch), *global_batch, planned, ckpt_step,
             step - ckpt_step, step - ckpt_step == 1 ? "" : "s", lost);
     return (int)n;
   }
-  fprintf(stderr, "strata: elastic: no layout of %ld ranks or fewer (elastic.min_ranks = %ld, tp x pp x sp = %ld%s%s) "
-                  "divides the global batch %ld into microbatches of %ld; not relaunching\n",
-          top, min_ranks, model_ranks, hs->total ? ", slots left in " : "", hs->total ? hs->source : "",
-          *global_batch, batch);
+  fprintf(stderr, "strata: elastic: no layout of %ld rank%s or fewer (elastic.min_ranks = %ld, tp x pp x sp = %ld%s%s) "
+                  "divides the global batch %ld into microbatches of %ld%s%s; not relaunching\n",
+          top, top == 1 ? "" : "s", min_ranks, model_ranks, hs->total ? ", slots left in " : "", hs->total ? hs->source : "",
+          *global_batch, batch, unfit[0] ? " and fits" : "", unfit);
   return 0;
 }

@@ -132,7 +132,7 @@ local sections = {
   },
   elastic = {
     min_ranks = {t = INT, min = 1, max = 1 << 20,
-                 doc = "an elastic run (strata run -n N): when a rank fails after a checkpoint, the launcher relaunches on the ranks left (as few as this; the failed rank's slot leaves its machine) from it, with the same global batch and learning rate"},
+                 doc = "an elastic run (strata run -n N): when a rank fails after a checkpoint, the launcher relaunches on the ranks left (as few as this; the failed rank's slot leaves its machine; the most whose microbatches divide the global batch and that the planner says fit in memory) from it, with the same global batch and learning rate"},
     max_restarts = {t = INT, min = 0, max = 1000, default = 3, doc = "relaunches an elastic run makes at most"},
     max_ranks = {t = INT, min = 1, max = 1 << 20,
                  doc = "with a batch warm-up (train.batch_start): when the global batch reaches train.global_batch, the run stops with a checkpoint and the launcher relaunches it on up to this many ranks (the most whose microbatches divide the batch; at most the slots of strata run's hostfile or Slurm allocation)"},

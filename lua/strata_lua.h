@@ -70,6 +70,8 @@ int lstrata_hosts_read(lstrata_hosts_t *hs, const char *hostfile, char *err, siz
 void lstrata_hosts_place(const lstrata_hosts_t *hs, int np, char *out, size_t n);
 /* The machines of ranks 0..np-1, separated by commas (STRATA_RANK_NODES). */
 void lstrata_hosts_rank_nodes(const lstrata_hosts_t *hs, int np, char *out, size_t n);
+/* The most of np ranks that share one machine, filling the slots in order. */
+int lstrata_hosts_busiest(const lstrata_hosts_t *hs, int np);
 /* A rank on `node` was lost: one slot fewer there; 1 if one was taken. */
 int lstrata_hosts_drop(lstrata_hosts_t *hs, const char *node);
 /* This rank's machine: its STRATA_RANK_NODES entry (simulated), else the host name. */
@@ -85,6 +87,8 @@ int lstrata_hosts_write(const lstrata_hosts_t *hs, const char *path);
  * hs: the machines; a failed rank's slot leaves them. */
 int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done,
                          lstrata_hosts_t *hs, char *ckpt, size_t ckpt_n, long *global_batch);
+/* Appends key=value lines to the elastic records (rank 0: what the launcher chooses with). */
+void lstrata_elastic_append(const char *lines);
 /* An elastic run that stopped to grow (rank 0): records the ranks to
  * relaunch on and the checkpoint just saved for the launcher. */
 void lstrata_elastic_grow(int ranks);

@@ -44,7 +44,7 @@ killed_run() {
 d=$work/el
 killed_run "$d" elastic.min_ranks=1
 [ $rc = 0 ] || fail "elastic run: exit $rc: $(tail -3 "$d.err")"
-grep -qE "^strata: elastic: rank 1 of 2 was killed by signal 9 .* at step [0-9]+ of 3000; relaunching on 1 rank \(data-parallel 2 -> 1, 2 microbatches a step, global batch 8\) from the checkpoint of step [0-9]+, [0-9]+ steps? to redo \([0-9]+ s lost\)$" "$d.err" \
+grep -qE "^strata: elastic: rank 1 of 2 was killed by signal 9 .* at step [0-9]+ of 3000; relaunching on 1 rank \(data-parallel 2 -> 1, 2 microbatches a step, global batch 8, the planner's [0-9.]+ MB per rank of [0-9.]+ [MG]B\) from the checkpoint of step [0-9]+, [0-9]+ steps? to redo \([0-9]+ s lost\)$" "$d.err" \
   || fail "elastic line: $(cat "$d.err")"
 [ "$(val "$d.out")" = "$(val "$work/ref.out")" ] && [ -n "$(val "$d.out")" ] \
   || fail "validation loss $(val "$d.out"), uninterrupted $(val "$work/ref.out")"
@@ -58,6 +58,26 @@ killed_run "$d" elastic.min_ranks=1 elastic.max_restarts=0
 grep -q "^strata: elastic: 0 relaunches already (elastic.max_restarts = 0); not relaunching$" "$d.err" \
   || fail "max_restarts 0: message: $(cat "$d.err")"
 echo "elastic: max_restarts 0 ends with the failure"
+# The planner chooses among the layouts: under ZeRO-3 with a device of
+# 10 MiB (offload.device_mb), 3 ranks shrink to 2 (the planner's 8.5 MB per
+# rank fits) but not to 1 (12.0 MB does not): the second failure ends the run.
+d=$work/fit
+"$S" run -n 3 $R "${run[@]}" model.layers=2 model.hidden=128 train.global_batch=24 train.steps=1000 checkpoint.every=100 \
+  parallel.zero=3 offload.device_mb=10 elastic.min_ranks=1 run_dir="$d" >"$d.out" 2>"$d.err" &
+lp=$!
+kill_rank1 "$d"
+for ((i = 0; i < 600; i++)); do grep -q "relaunching on 2 ranks" "$d.err" && break; sleep 0.1; done
+c=$(ckpt_step "$d/checkpoint.h5")
+for ((i = 0; i < 600; i++)); do s=$(ckpt_step "$d/checkpoint.h5"); [ "${s:-0}" -gt "${c:-0}" ] && break; sleep 0.1; done
+sleep 0.3
+w=$(worker_of 1 "$d")
+[ -n "$w" ] && kill -KILL "$w" || fail "fit: no worker of rank 1 on 2 ranks"
+wait $lp; rc=$?
+[ $rc = 137 ] || fail "fit: exit $rc, not 137: $(tail -3 "$d.err")"
+grep -qE "^strata: elastic: rank 1 of 3 .*; relaunching on 2 ranks \(data-parallel 3 -> 2, 3 microbatches a step, global batch 24, the planner's 8.5 MB per rank of 10.5 MB\)" "$d.err" &&
+  grep -q "^strata: elastic: no layout of 1 rank or fewer (elastic.min_ranks = 1, tp x pp x sp = 1) divides the global batch 24 into microbatches of 4 and fits (on 1 rank the planner's 12.0 MB per rank, of 10.5 MB: offload.device_mb); not relaunching$" "$d.err" \
+  || fail "fit: messages: $(cat "$d.err")"
+echo "elastic: 3 -> 2 ranks, then not 1: the planner's memory per rank beyond offload.device_mb"
 # Growth with the batch over two machines, simulated on this one (each
 # rank told its machine: lua/hosts.c): 2 ranks on nodeA through a batch
 # warm-up (8 to 48 over 150 steps), 4 over both machines once the batch is
@@ -84,7 +104,7 @@ wait $lp; rc=$?
 [ $rc = 0 ] || fail "grow: exit $rc: $(tail -3 "$d.err")"
 grep -q "^strata: elastic: the global batch reaches 48 after step 150: stopping to grow to 4 ranks$" "$d.err" &&
   grep -q "^strata: elastic: relaunching on 4 ranks over nodeA 2, nodeB 2 (data-parallel 2 -> 4, 3 microbatches a step, global batch 48) from the checkpoint of step 150$" "$d.err" &&
-  grep -qE "^strata: elastic: rank 1 of 4 was killed by signal 9 .* on nodeA; relaunching on 3 ranks over nodeA 1, nodeB 2 \(data-parallel 4 -> 3, 4 microbatches a step, global batch 48\)" "$d.err" \
+  grep -qE "^strata: elastic: rank 1 of 4 was killed by signal 9 .* on nodeA; relaunching on 3 ranks over nodeA 1, nodeB 2 \(data-parallel 4 -> 3, 4 microbatches a step, global batch 48, the planner's [0-9.]+ MB per rank of [0-9.]+ [MG]B\)" "$d.err" \
   || fail "grow: messages: $(cat "$d.err")"
 [ "$(val "$d.out")" = "$(val "$work/gref.out")" ] && [ -n "$(val "$d.out")" ] \
   || fail "grow: validation loss $(val "$d.out"), uninterrupted $(val "$work/gref.out")"

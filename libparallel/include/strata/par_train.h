@@ -265,6 +265,14 @@ STRATA_API comm_t *par_engine_group(par_engine_t *e, const char *name);
  * which counts the engine's parameters, gradients, optimizer state and
  * buffers with the model's activations. */
 STRATA_API int par_engine_memory(const par_engine_t *e, size_t *current, size_t *peak);
+/* What the planner predicts for this engine's model and layout on `ranks`
+ * ranks instead (the data-parallel degree ranks / (tp pp sp), the same
+ * global batch and microbatch): bytes per rank into *need; and into
+ * *node_bytes the memory of this node that its ranks share, as the engine's
+ * fit check saw it before allocating (0: unknown). STRATA_EINVAL when the
+ * ranks do not take the layout or the global batch. An elastic run's
+ * launcher chooses among the rank counts with it. */
+STRATA_API int par_engine_plan_ranks(const par_engine_t *e, int ranks, double *need, double *node_bytes);
 /* The whole parameters, in the model's flat layout (par_gpt.h; count
  * par_gpt_param_count), into out (host memory) on every rank. Collective
  * (under ZeRO-3 it gathers them). */

@@ -50,6 +50,7 @@ typedef struct {
 struct par_engine {
   par_gpt_config_t mc;
   par_layout_t layout;
+  double node_bytes; /* the node's memory its ranks share, as the fit check saw it before allocating (0: unknown) */
   par_engine_options_t opts;
   par_gpt_t *model;
   tensor_ctx_t *tc; /* the model's: one memory accountant for everything */

@@ -77,6 +77,7 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
   par_plan_t pl;
   double need = predict(&m, &l, e->wsize, &pl);
   MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_DOUBLE, MPI_MIN, e->world);
+  e->node_bytes = have * local;
   if (need <= have || need == 0) return STRATA_OK;
   /* The largest categories, largest first. */
   static const char *names[] = {"parameters",  "gradients", "optimizer state",
@@ -135,4 +136,17 @@ int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layo
                      "memory: this model and layout need %s per rank (%s) but a rank has %s%s; a "
                      "layout that fits: %s",
                      gb(b2, need), parts, gb(b3, have), share, fix);
+}
+
+int par_engine_plan_ranks(const par_engine_t *e, int ranks, double *need, double *node_bytes) {
+  if (!e || !need) return STRATA_EINVAL;
+  par_layout_t l = e->layout;
+  int model_ranks = l.tp * l.pp * l.sp;
+  if (ranks < 1 || ranks % model_ranks || l.global_batch % (ranks / model_ranks * l.microbatch))
+    return STRATA_EINVAL;
+  l.dp = ranks / model_ranks;
+  par_plan_t pl;
+  *need = predict(&e->mc, &l, ranks, &pl);
+  if (node_bytes) *node_bytes = e->node_bytes;
+  return *need > 0 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
