@@ -124,6 +124,26 @@ STRATA_API int comm_dup(comm_t **out, comm_t *c);
  * rank in c). color < 0 leaves this rank out: *out is set to NULL. Collective. */
 STRATA_API int comm_split(comm_t **out, comm_t *c, int color, int key);
 
+/* Grows a running group (MPI's dynamic processes): the ranks of `group`
+ * (collective over it) start n new processes running `command` with the
+ * arguments argv (NULL-terminated; NULL: none), through MPI_Comm_spawn from
+ * group's rank 0, placed as info says (MPI_INFO_NULL: where the MPI runtime
+ * puts them; Open MPI's "host", "add-host", ...), and merge with them into
+ * *grown: group's ranks first, in their order, then the new processes in
+ * the order of their own MPI_COMM_WORLD. Every new process calls
+ * comm_spawned once. The caller owns *grown (MPI_Comm_free); errors are
+ * returned on it. On failure *grown is MPI_COMM_NULL and err (may be NULL)
+ * names the command and MPI's message: STRATA_EINVAL when command is not
+ * an executable file (checked first, because Open MPI ends the whole job
+ * when it cannot start one), STRATA_EMPI when the runtime refused. */
+STRATA_API int comm_spawn(MPI_Comm group, int n, const char *command, char *const argv[], MPI_Info info,
+                          MPI_Comm *grown, char *err, size_t errlen);
+/* In a process that comm_spawn started: *grown, the communicator merged with
+ * the ranks that started it (collective with their comm_spawn), owned by
+ * the caller. In any other process *grown is MPI_COMM_NULL and nothing
+ * happens. */
+STRATA_API int comm_spawned(MPI_Comm *grown, char *err, size_t errlen);
+
 /* Frees c and its MPI and NCCL communicators. Collective over c's ranks. */
 STRATA_API void comm_destroy(comm_t *c);
 
