@@ -18,8 +18,10 @@
  *    within 1e-6 relative (a sum over 4 ranks instead of 2: fp32 rounding,
  *    the bound of zero_reshard; 1e-4 in bf16, whose gradients are rounded
  *    to 8 bits after partial sums that differ between 2 and 4 ranks).
- * And a migration whose model is not the old run's fails on every rank
- * with both named. Exits non-zero on failure. */
+ * And on the same two ranks (no new ones) a migration changes the layout
+ * in place (ZeRO-0 -> 3, the same state); one from an engine whose
+ * optimizer state is on NVMe, or to a model that is not the old run's,
+ * fails on every rank, naming the cause. Exits non-zero on failure. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,18 +34,18 @@ static par_gpt_config_t mc = {.layers = 2, .hidden = 24, .heads = 4, .seq = 18, 
 enum { GLOBAL = 4, BEFORE = 3, AFTER = 3, NEW = 2 };
 
 typedef struct {
-  int zero_old, zero_new, tp_new;
+  int zero_old, zero_new, tp_new, pp_new;
   par_precision_t prec;
 } case_t;
 static const case_t cases[] = {
-    {0, 0, 1, PAR_PREC_FP32}, {3, 3, 1, PAR_PREC_FP32}, {1, 2, 1, PAR_PREC_FP32},
-    {2, 3, 1, PAR_PREC_BF16}, {0, 1, 2, PAR_PREC_FP32},
+    {0, 0, 1, 1, PAR_PREC_FP32}, {3, 3, 1, 1, PAR_PREC_FP32}, {1, 2, 1, 1, PAR_PREC_FP32},
+    {2, 3, 1, 1, PAR_PREC_BF16}, {0, 1, 2, 1, PAR_PREC_FP32}, {3, 1, 1, 2, PAR_PREC_FP32},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
-static par_layout_t layout(int dp, int tp, int zero, par_precision_t prec) {
+static par_layout_t layout(int dp, int tp, int pp, int zero, par_precision_t prec) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
-  lay.dp = dp, lay.tp = tp, lay.zero_stage = zero, lay.precision = prec;
+  lay.dp = dp, lay.tp = tp, lay.pp = pp, lay.zero_stage = zero, lay.precision = prec;
   lay.microbatch = GLOBAL / dp, lay.global_batch = GLOBAL;
   return lay;
 }
@@ -60,7 +62,7 @@ static par_engine_options_t options(MPI_Comm comm) {
 static par_engine_t *new_engine(MPI_Comm comm, const case_t *k) {
   int n;
   MPI_Comm_size(comm, &n);
-  par_layout_t lay = layout(n / k->tp_new, k->tp_new, k->zero_new, k->prec);
+  par_layout_t lay = layout(n / (k->tp_new * k->pp_new), k->tp_new, k->pp_new, k->zero_new, k->prec);
   par_optim_config_t oc = optim_cfg();
   par_engine_options_t eo = options(comm);
   return make_engine(&mc, &lay, &oc, &eo);
@@ -103,7 +105,7 @@ static void grown_run(MPI_Comm grown, const case_t *k, par_engine_t *old, par_da
                       const char *path, ref_t *ref) {
   size_t np = par_gpt_param_count(&mc);
   char who[96], err[1024];
-  snprintf(who, sizeof who, "zero %d -> %d tp %d %s", k->zero_old, k->zero_new, k->tp_new,
+  snprintf(who, sizeof who, "zero %d -> %d tp %d pp %d %s", k->zero_old, k->zero_new, k->tp_new, k->pp_new,
            k->prec == PAR_PREC_BF16 ? "bf16" : "fp32");
   /* migrated: from the old engine, into a data handle of its own (the old
    * engine goes on with dold afterwards) */
@@ -111,7 +113,7 @@ static void grown_run(MPI_Comm grown, const case_t *k, par_engine_t *old, par_da
   if (dold) par_data_set_position(dm, par_data_position(dold));
   int n;
   MPI_Comm_size(grown, &n);
-  par_layout_t lay = layout(n / k->tp_new, k->tp_new, k->zero_new, k->prec);
+  par_layout_t lay = layout(n / (k->tp_new * k->pp_new), k->tp_new, k->pp_new, k->zero_new, k->prec);
   par_optim_config_t oc = optim_cfg();
   par_engine_options_t eo = options(MPI_COMM_NULL);
   long step = old ? BEFORE : -1;
@@ -191,7 +193,7 @@ static void fresh_run(MPI_Comm grown, const case_t *k, const char *path) {
 static void wrong_model(MPI_Comm grown, par_engine_t *old, par_data_t *d) {
   par_gpt_config_t other = mc;
   other.layers = 3;
-  par_layout_t lay = layout(4, 1, 0, PAR_PREC_FP32);
+  par_layout_t lay = layout(4, 1, 1, 0, PAR_PREC_FP32);
   par_optim_config_t oc = optim_cfg();
   par_engine_options_t eo = options(MPI_COMM_NULL);
   par_engine_t *e = NULL;
@@ -265,7 +267,7 @@ int main(int argc, char **argv) {
     const case_t *k = &cases[c];
     char path[600];
     snprintf(path, sizeof path, "%s/case%d.h5", dir, c);
-    par_layout_t lay = layout(2, 1, k->zero_old, k->prec);
+    par_layout_t lay = layout(2, 1, 1, k->zero_old, k->prec);
     par_optim_config_t oc = optim_cfg();
     par_engine_options_t eo = options(MPI_COMM_WORLD);
     par_engine_t *old = make_engine(&mc, &lay, &oc, &eo);
@@ -313,11 +315,40 @@ int main(int argc, char **argv) {
     join_fails(grown, 0);
     MPI_Comm_free(&grown);
     free(before), free(ref.state);
-    if (rank == 0) printf("case %d (zero %d -> %d, tp %d, %s): migrated = loaded = fresh run, bit for bit\n", c,
-                          k->zero_old, k->zero_new, k->tp_new, k->prec == PAR_PREC_BF16 ? "bf16" : "fp32");
+    if (rank == 0)
+      printf("case %d (zero %d -> %d, tp %d, pp %d, %s): migrated = loaded = fresh run, bit for bit\n", c,
+             k->zero_old, k->zero_new, k->tp_new, k->pp_new, k->prec == PAR_PREC_BF16 ? "bf16" : "fp32");
+  }
+  { /* on the same ranks: a new layout (ZeRO-0 -> 3) in place; and an old
+     * engine whose optimizer state is on NVMe: refused, naming it */
+    size_t np = par_gpt_param_count(&mc);
+    par_optim_config_t oc = optim_cfg();
+    par_engine_options_t eo = options(MPI_COMM_WORLD);
+    for (int nvme = 0; nvme < 2; nvme++) {
+      par_layout_t lay = layout(2, 1, 1, nvme ? 1 : 0, PAR_PREC_FP32), to = layout(2, 1, 1, 3, PAR_PREC_FP32);
+      if (nvme) lay.offload_optimizer = PAR_TIER_NVME;
+      eo.offload_dir = dir;
+      par_engine_t *old = make_engine(&mc, &lay, &oc, &eo), *e = NULL;
+      par_data_t *d = markov_data(mc.seq);
+      par_step_t st;
+      CHECK(par_engine_step(old, d, &st) == STRATA_OK, "in place: a step: %s", par_engine_error(old));
+      long step = 1;
+      int rc = par_engine_migrate(old, MPI_COMM_WORLD, &mc, &to, &oc, &eo, d, &step, &e, err, sizeof err);
+      if (nvme) {
+        CHECK(rc == STRATA_EUNSUPPORTED && !e && strstr(err, "NVMe"), "NVMe offload: rc %d: %s", rc, err);
+      } else {
+        CHECK(rc == STRATA_OK && e, "in place: %s", err);
+        float *a = state_of(old, np), *b = e ? state_of(e, np) : NULL;
+        CHECK(b && differ(a, b, 3 * np) == 0, "in place: the state differs after a migration to ZeRO-3");
+        free(a), free(b);
+      }
+      par_engine_destroy(e);
+      par_engine_destroy(old);
+      par_data_destroy(d);
+    }
   }
   { /* a migration to another model: refused on every rank, naming both */
-    par_layout_t lay = layout(2, 1, 0, PAR_PREC_FP32);
+    par_layout_t lay = layout(2, 1, 1, 0, PAR_PREC_FP32);
     par_optim_config_t oc = optim_cfg();
     par_engine_options_t eo = options(MPI_COMM_WORLD);
     par_engine_t *old = make_engine(&mc, &lay, &oc, &eo);

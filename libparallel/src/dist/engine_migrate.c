@@ -185,8 +185,8 @@ static int exchange(comm_t *c, spans_t *src, spans_t *dst, char *err, size_t err
   const int64_t *mine_s = NULL, *mine_d = NULL; /* this rank's lists among all */
   size_t nreq = 0;
   err[0] = 0;
-  qsort(src->r, src->n, sizeof *src->r, by_pos);
-  qsort(dst->r, dst->n, sizeof *dst->r, by_pos);
+  if (src->n) qsort(src->r, src->n, sizeof *src->r, by_pos); /* (a new rank sends nothing: no list at all) */
+  if (dst->n) qsort(dst->r, dst->n, sizeof *dst->r, by_pos);
   if ((rc = gather_lists(c, src->r, src->n, &ls, err, errlen)) ||
       (rc = gather_lists(c, dst->r, dst->n, &ld, err, errlen)))
     goto agree;
