@@ -13,3 +13,6 @@ BENCH_PROGRAMS += 4:$$BUILD/bin/bench_parallel_ring
 # Multi-dimensional tensor parallelism: one layer's bytes per rank, 1D over 3D at tp = 8.
 $(eval $(call strata_program,bench_parallel_tp3d,bench/parallel_tp3d.c,parallel))
 BENCH_PROGRAMS += 8:$$BUILD/bin/bench_parallel_tp3d
+# Elastic growth 2 -> 4 ranks: the state moved in memory (spawn, merge, migrate) over a checkpoint's save and load.
+$(eval $(call strata_program,bench_parallel_migrate,bench/parallel_migrate.c,parallel))
+BENCH_PROGRAMS += 2:$$BUILD/bin/bench_parallel_migrate

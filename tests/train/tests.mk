@@ -12,3 +12,5 @@ $(eval $(call strata_program,offload_engine,tests/train/offload_engine.c,paralle
 $(eval $(call strata_program,sp_engine,tests/train/sp_engine.c,parallel))
 # The engine with 2D, 2.5D and 3D tensor parallelism against the serial run.
 $(eval $(call strata_program,tpmd_engine,tests/train/tpmd_engine.c,parallel))
+# An elastic run grown in memory: 2 ranks spawn 2 more and migrate their state.
+$(eval $(call strata_program,elastic_migrate,tests/train/elastic_migrate.c,parallel))

@@ -124,6 +124,35 @@ STRATA_API int comm_dup(comm_t **out, comm_t *c);
  * rank in c). color < 0 leaves this rank out: *out is set to NULL. Collective. */
 STRATA_API int comm_split(comm_t **out, comm_t *c, int color, int key);
 
+/* Grows a running group (MPI's dynamic processes): the ranks of `group`
+ * (collective over it) start n new processes running `command` with the
+ * arguments argv (NULL-terminated; NULL: none), through MPI_Comm_spawn from
+ * group's rank 0, placed as info says (MPI_INFO_NULL: where the MPI runtime
+ * puts them; Open MPI's "host", "add-host", ...), and merge with them into
+ * *grown: group's ranks first, in their order, then the new processes in
+ * the order of their own MPI_COMM_WORLD. Every new process calls
+ * comm_spawned once. The caller owns *grown (MPI_Comm_free); errors are
+ * returned on it. On failure *grown is MPI_COMM_NULL on every rank of the
+ * group and err (may be NULL) names the command and MPI's message:
+ * STRATA_EINVAL when command is not an executable file (checked first,
+ * because Open MPI ends the whole job when it cannot start one),
+ * STRATA_EMPI when the runtime refused. Open MPI 4.1 needs free slots
+ * for the new processes (mpirun --oversubscribe, or --host / a hostfile
+ * with more slots); without them it returns MPI_ERR_SPAWN ("All nodes which
+ * are allocated for this job are already filled") to group's rank 0 only,
+ * and the other ranks wait inside MPI_Comm_spawn until mpirun's --timeout.
+ * (Spawning from rank 0 alone and joining the others afterwards avoids that
+ * wait, but then Open MPI does not see the new processes as on the same
+ * node from every old rank, and MPI_Comm_split_type, on which the engine's
+ * memory check and libcomm's meshes rely, splits them differently.) */
+STRATA_API int comm_spawn(MPI_Comm group, int n, const char *command, char *const argv[], MPI_Info info,
+                          MPI_Comm *grown, char *err, size_t errlen);
+/* In a process that comm_spawn started: *grown, the communicator merged with
+ * the ranks that started it (collective with their comm_spawn), owned by
+ * the caller. In any other process *grown is MPI_COMM_NULL and nothing
+ * happens. */
+STRATA_API int comm_spawned(MPI_Comm *grown, char *err, size_t errlen);
+
 /* Frees c and its MPI and NCCL communicators. Collective over c's ranks. */
 STRATA_API void comm_destroy(comm_t *c);
 

@@ -247,6 +247,42 @@ STRATA_API int par_engine_save(par_engine_t *e, const char *path, const par_data
  * data's position and sets *step. Collective; same status on every rank. */
 STRATA_API int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *step);
 
+/* Moves a run onto other ranks in memory, without a checkpoint file: an
+ * elastic run that grows (its old ranks start new ones with comm_spawn,
+ * strata/comm.h, and merge with them into `grown`) or changes its layout.
+ * Every rank of grown calls it; `old` is the rank's engine of the old run
+ * (NULL on ranks that had none: the new ones). It creates on grown the
+ * engine of model, layout, optim and opts (as par_engine_create; opts->comm
+ * is replaced by grown) and moves into it what par_engine_save would carry
+ * to par_engine_load: the parameters (the fp32 masters under mixed
+ * precision), the optimizer's moments and step, the loss scaler, the first
+ * step's loss, data's position (set in `data`, the rank's handle of the
+ * run's data: at its position on the old ranks, opened alike on the new
+ * ones) and the caller's step counter (*step: read on the old ranks,
+ * written on all). Each old rank sends the parts of the whole tensors it
+ * holds, each rank receives the parts its new layout keeps, over libcomm
+ * (point-to-point); the result is bit-identical to saving under the old
+ * layout and loading under the new one. The old engine is left as it was:
+ * the caller destroys it (collective over the old run's ranks). The model
+ * and the optimizer must be the old run's (ESHAPE, EINVAL naming both);
+ * any layout whose state stays in host memory moves (not the NVMe
+ * optimizer offload, the chunk policy or device memory: EUNSUPPORTED,
+ * before anything is created). Collective over grown; the status is every
+ * rank's; on failure *out is NULL and err names the cause. */
+STRATA_API int par_engine_migrate(par_engine_t *old, MPI_Comm grown, const par_gpt_config_t *model,
+                                  const par_layout_t *layout, const par_optim_config_t *optim,
+                                  const par_engine_options_t *opts, par_data_t *data, long *step,
+                                  par_engine_t **out, char *err, size_t errlen);
+/* One whole array of the training state, in the serial model's flat layout
+ * (par_gpt.h; par_gpt_param_count floats, whatever the layout's sharding
+ * and tensor slices), into out (host memory) on every rank: "params" (the
+ * parameters; under mixed precision the fp32 masters), "m" or "v" (the
+ * optimizer's first and second moments; EINVAL when it keeps none). What
+ * two engines hold can be compared bit for bit with it. EUNSUPPORTED with
+ * the NVMe optimizer offload, the chunk policy and device memory.
+ * Collective over every rank of the run. */
+STRATA_API int par_engine_get_state(par_engine_t *e, const char *array, float *out);
+
 /* The model (borrowed). Its parameters live in the engine (sharded under
  * ZeRO): par_gpt_params of it is NULL. */
 STRATA_API par_gpt_t *par_engine_model(par_engine_t *e);

@@ -3,7 +3,9 @@
  * rank writes its own part, and reads the parts its layout needs), so a
  * checkpoint saved under one data-parallel degree and ZeRO stage loads
  * under any other. The names and the layout of the file are written here
- * and in ckpt_names.h, nowhere else. */
+ * and in ckpt_names.h, nowhere else. The parts themselves, each rank's
+ * ranges of the whole tensors (engine_each_part), also serve the
+ * in-memory migration onto other ranks (engine_migrate.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,23 +77,6 @@ static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_
   }
 }
 
-/* Writes (or reads) this rank's elements [a, a + n) of view v at data, at
- * their place in the whole tensor named name. A replicated view is
- * written by tensor rank 0 alone, a block several ranks hold by its
- * replica 0 (every rank reads its own). */
-static int view_io(par_engine_t *e, par_ckpt_t *c, int writing, const char *name, const par_gpt_view_t *v,
-                   int64_t a, int64_t n, float *data) {
-  int64_t *off = e->ranges, *cnt = e->ranges + v->shape[0] + 3;
-  int nr = 0;
-  if (writing && ((v->split == PAR_GPT_SPLIT_NONE && e->tp_rank > 0) ||
-                  (v->split == PAR_GPT_SPLIT_BLOCK && v->block.replica)))
-    n = 0;
-  global_ranges(e, v, a, n, off, cnt, &nr);
-  if (nr == 0) off[0] = 0, cnt[0] = 0, nr = 1;
-  return writing ? par_ckpt_write_ranges(c, name, v->ndim, v->global, nr, off, cnt, data)
-                 : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, data);
-}
-
 /* The region of view i. */
 static int view_region(const par_engine_t *e, int i) {
   for (int r = 0; r < e->nregions; r++)
@@ -131,40 +116,98 @@ static const char *arrays_of(const par_engine_t *e) {
   return (e->state_arrays & 2) ? "pmv" : (e->state_arrays & 1) ? "pm" : "p";
 }
 
+/* What a rank reads of view i: the whole view where its layout keeps it
+ * whole (the parameters of stages 0-2, the optimizer state of stage 0;
+ * under mixed precision the masters, laid out as the optimizer state),
+ * else its piece. */
+static void read_part(par_engine_t *e, const int *piece_of, int i, char what, int64_t *off, int64_t *cnt,
+                      float **data) {
+  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2 && !e->mixed);
+  if (!whole) {
+    part(e, piece_of, i, what, off, cnt, data);
+    return;
+  }
+  const par_gpt_view_t *v = par_gpt_view(e->model, i);
+  float *p, *g, *m, *s;
+  if (e->zero == 0) state_piece_ptrs(e, piece_of[i], &p, &g, &m, &s, NULL);
+  else { /* stages 1-2: the full parameters, at the view's place */
+    int r = 0;
+    while (r + 1 < e->nregions && (int)i >= e->regions[r + 1].first_view) r++;
+    p = state_full_params(e) + e->regions[r].foff + (v->offset - e->regions[r].off);
+    m = s = NULL;
+  }
+  *off = 0, *cnt = (int64_t)v->numel;
+  *data = what == 'p' ? p : what == 'm' ? m : s;
+}
+
+/* The parts this rank holds, array by array ('p' the parameters, the
+ * fp32 masters under mixed precision; 'm', 'v'), view by view: see
+ * engine_internal.h. A view of another pipeline stage, the last stage's
+ * copy of the tied embedding when writing, a replicated view on tensor
+ * ranks other than 0 and a replica block when writing: no range. */
+int engine_each_part(par_engine_t *e, int writing, engine_part_fn fn, void *ctx) {
+  int *piece_of = piece_index(e), rc = STRATA_OK;
+  if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
+  for (int i = 0; i < par_gpt_num_views(e->model) && !rc; i++) {
+    const par_gpt_view_t *v = par_gpt_view(e->model, i);
+    int held = view_held(e, i), r = view_region(e, i);
+    if (held && (rc = state_resident(e, r, 1))) break; /* ZeRO-Infinity: the region's optimizer arrays on the host */
+    for (const char *w = arrays_of(e); *w && !rc; w++) {
+      int64_t a = 0, n = 0, *off = e->ranges, *cnt = e->ranges + v->shape[0] + 3;
+      float *d = NULL;
+      int nr = 0;
+      if (held && !(writing && state_view_is_copy(e, i)))
+        (writing ? part : read_part)(e, piece_of, i, *w, &a, &n, &d);
+      if (writing && ((v->split == PAR_GPT_SPLIT_NONE && e->tp_rank > 0) ||
+                      (v->split == PAR_GPT_SPLIT_BLOCK && v->block.replica)))
+        n = 0;
+      global_ranges(e, v, a, n, off, cnt, &nr);
+      rc = fn(ctx, e, *w, i, nr, off, cnt, d);
+    }
+    if (held) {
+      int rr = state_resident(e, r, 0);
+      if (!rc) rc = rr;
+    }
+  }
+  free(piece_of);
+  return rc;
+}
+
+/* A part at its place in the checkpoint's array of the whole tensor (every
+ * rank takes part in every array's collective write or read, with an empty
+ * range when it has none). */
+typedef struct {
+  par_ckpt_t *c;
+  int writing, ver;
+} ckpt_io_t;
+
+static int ckpt_part(void *ctx, par_engine_t *e, char what, int view, int nr, const int64_t *off,
+                     const int64_t *cnt, float *data) {
+  ckpt_io_t *io = ctx;
+  const par_gpt_view_t *v = par_gpt_view(e->model, view);
+  char name[300];
+  int64_t zero = 0;
+  ckpt_array_name(io->ver, what, e->optim_name, v->name, name, sizeof name);
+  if (nr == 0) off = cnt = &zero, nr = 1;
+  return io->writing ? par_ckpt_write_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data)
+                     : par_ckpt_read_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data);
+}
+
 int par_engine_save(par_engine_t *e, const char *path, const par_data_t *data, long step,
                     const par_attr_t *attrs, int nattrs) {
   par_ckpt_t *c = NULL;
-  char err[1200] = "", name[300];
+  char err[1200] = "";
   if (!e || !path || !data) return STRATA_EINVAL;
-  int *piece_of = piece_index(e);
-  if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
   /* Every rank must be here before HDF5's collective file creation, whose
    * waits have no watchdog: a stopped rank is reported now, by libcomm. */
   int rc = e->wsize > 1 ? comm_barrier(ctl_comm(e)) : STRATA_OK;
-  if (rc != STRATA_OK) {
-    free(piece_of);
+  if (rc != STRATA_OK)
     return engine_fail(e, 0, rc, "before saving checkpoint '%s': %s", path, comm_last_error(ctl_comm(e)));
-  }
   rc = par_ckpt_create(path, e->world, e->opts.collective_timeout_s, &c, err, sizeof err);
-  if (rc != STRATA_OK) {
-    free(piece_of);
-    return engine_fail(e, 1, rc, "%s", err);
-  }
+  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
   CK(par_ckpt_reserve(c, file_bytes(e, attrs, nattrs)));
-  for (int i = 0; i < par_gpt_num_views(e->model); i++) {
-    const par_gpt_view_t *v = par_gpt_view(e->model, i);
-    int held = view_held(e, i), r = view_region(e, i);
-    if (held) CK(state_resident(e, r, 1)); /* ZeRO-Infinity: the region's optimizer arrays on the host */
-    for (const char *w = arrays_of(e); *w; w++) {
-      int64_t off, cnt;
-      float *d = NULL;
-      off = cnt = 0; /* another stage's view, or the last stage's copy of wte: written by the first */
-      if (held && !state_view_is_copy(e, i)) part(e, piece_of, i, *w, &off, &cnt, &d);
-      ckpt_array_name(CKPT_FORMAT_VERSION, *w, e->optim_name, v->name, name, sizeof name);
-      CK(view_io(e, c, 1, name, v, off, cnt, d));
-    }
-    if (held) CK(state_resident(e, r, 0));
-  }
+  ckpt_io_t io = {.c = c, .writing = 1, .ver = CKPT_FORMAT_VERSION};
+  CK(engine_each_part(e, 1, ckpt_part, &io));
   int64_t st = step, pos = (int64_t)par_data_position(data), ost = optim_get_step(e->opt);
   int64_t seed = (int64_t)e->opts.seed, ver = CKPT_FORMAT_VERSION;
   CK(par_ckpt_set_str(c, "format", CKPT_FORMAT));
@@ -196,45 +239,15 @@ done:
   /* (an error of the engine's own, with none from the file, keeps its message) */
   if (rc != STRATA_OK && par_ckpt_error(c)[0]) engine_fail(e, rc != STRATA_ETIMEOUT, rc, "%s", par_ckpt_error(c));
   par_ckpt_close(c);
-  free(piece_of);
   return rc;
-}
-
-/* What a rank reads of view i: the whole view where its layout keeps it
- * whole (the parameters of stages 0-2, the optimizer state of stage 0;
- * under mixed precision the masters, laid out as the optimizer state),
- * else its piece. */
-static void read_part(par_engine_t *e, const int *piece_of, int i, char what, int64_t *off, int64_t *cnt,
-                      float **data) {
-  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2 && !e->mixed);
-  if (!whole) {
-    part(e, piece_of, i, what, off, cnt, data);
-    return;
-  }
-  const par_gpt_view_t *v = par_gpt_view(e->model, i);
-  float *p, *g, *m, *s;
-  if (e->zero == 0) state_piece_ptrs(e, piece_of[i], &p, &g, &m, &s, NULL);
-  else { /* stages 1-2: the full parameters, at the view's place */
-    int r = 0;
-    while (r + 1 < e->nregions && (int)i >= e->regions[r + 1].first_view) r++;
-    p = state_full_params(e) + e->regions[r].foff + (v->offset - e->regions[r].off);
-    m = s = NULL;
-  }
-  *off = 0, *cnt = (int64_t)v->numel;
-  *data = what == 'p' ? p : what == 'm' ? m : s;
 }
 
 int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *step) {
   par_ckpt_t *c = NULL;
-  char err[1200] = "", name[300], *contents = NULL;
+  char err[1200] = "", *contents = NULL;
   if (!e || !path || !data || !step) return STRATA_EINVAL;
-  int *piece_of = piece_index(e);
-  if (!piece_of) return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
   int rc = par_ckpt_open(path, e->world, e->opts.collective_timeout_s, &c, err, sizeof err);
-  if (rc != STRATA_OK) {
-    free(piece_of);
-    return engine_fail(e, 1, rc, "%s", err);
-  }
+  if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
   if (par_ckpt_get_str(c, "contents", &contents) == STRATA_OK && !strcmp(contents, "weights")) {
     snprintf(err, sizeof err, "checkpoint '%s' holds weights only (no optimizer state or step, as "
              "strata convert writes them): start from it with model.init", path);
@@ -245,20 +258,8 @@ int par_engine_load(par_engine_t *e, const char *path, par_data_t *data, long *s
   par_ckpt_get_i64(c, "format_version", &ver, 1);
   CK(par_ckpt_expect_str(c, "model", e->model_desc));
   CK(par_ckpt_expect_str(c, "optim", e->optim_name));
-  for (int i = 0; i < par_gpt_num_views(e->model); i++) {
-    const par_gpt_view_t *v = par_gpt_view(e->model, i);
-    int held = view_held(e, i), r = view_region(e, i);
-    if (held) CK(state_resident(e, r, 1));
-    for (const char *w = arrays_of(e); *w; w++) {
-      int64_t off, cnt;
-      float *d = NULL;
-      off = cnt = 0;
-      if (held) read_part(e, piece_of, i, *w, &off, &cnt, &d);
-      ckpt_array_name((int)ver, *w, e->optim_name, v->name, name, sizeof name);
-      CK(view_io(e, c, 0, name, v, off, cnt, d));
-    }
-    if (held) CK(state_resident(e, r, 0));
-  }
+  ckpt_io_t io = {.c = c, .writing = 0, .ver = (int)ver};
+  CK(engine_each_part(e, 0, ckpt_part, &io));
   int64_t st, pos, ost;
   CK(par_ckpt_get_i64(c, "step", &st, 1));
   CK(par_ckpt_get_i64(c, "data_position", &pos, 1));
@@ -293,6 +294,5 @@ done:
   if (rc != STRATA_OK && (err[0] || par_ckpt_error(c)[0]))
     engine_fail(e, 1, rc, "%s", err[0] && !strstr(err, "%") ? err : par_ckpt_error(c));
   par_ckpt_close(c);
-  free(piece_of);
   return rc;
 }

@@ -259,6 +259,24 @@ int state_view_is_copy(const par_engine_t *e, int i);
 /* The pieces [*i1 from i0) of the region of piece i0; returns the region. */
 int state_region_pieces(const par_engine_t *e, int i0, int *i1);
 
+/* ---- engine_ckpt.c: the state as arrays of the whole tensors ---- */
+/* One array of one view as this rank holds it: `what` 'p' (the parameters;
+ * under mixed precision the fp32 masters), 'm' or 'v' (the optimizer's
+ * moments), and nr ranges [off[k], off[k] + cnt[k]) of the whole tensor
+ * (flat, row-major over the view's global shape; ascending and disjoint),
+ * their elements back to back at data (fp32; NULL when the ranges hold
+ * nothing). off and cnt are borrowed for the call. */
+typedef int (*engine_part_fn)(void *ctx, par_engine_t *e, char what, int view, int nr, const int64_t *off,
+                              const int64_t *cnt, float *data);
+/* Calls fn for every view and every array of the state (the views in
+ * order, 'p', 'm', 'v' within one), each with this rank's part:
+ * writing, the elements this rank is the one to write (the ranks' parts
+ * cover every element of every whole tensor exactly once); else the
+ * elements its layout keeps (the whole view where it keeps it whole: every
+ * rank its own copy). The view's region is resident during the call. The
+ * first failure stops the walk and is returned. */
+int engine_each_part(par_engine_t *e, int writing, engine_part_fn fn, void *ctx);
+
 /* ---- chunks.c: PatrickStar's chunk policy ---- */
 /* The manager, the tensors of every region in chunks (size searched or
  * given), and the tables of the gradient chunks' reductions. */
