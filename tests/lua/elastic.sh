@@ -20,10 +20,14 @@ R=recipes/quickstart.lua
 run=(model.layers=1 model.hidden=32 model.heads=2 model.seq=32 data.tokens=65536 train.batch=4 optim.warmup=5
      train.eval_every=0 metrics.plot=false train.log_every=100000 train.steps=3000 checkpoint.every=500)
 . "$(dirname "$0")/ranks.sh" # worker_of, ckpt_step
-# kill_rank1 DIR: once the run in DIR has a checkpoint, SIGKILL its rank 1
+# kill_rank1 DIR [AFTER]: once the run in DIR has a checkpoint (of a step
+# after AFTER), SIGKILL its rank 1
 kill_rank1() {
-  local i w
-  for ((i = 0; i < 600; i++)); do [ -e "$1/checkpoint.h5" ] && break; sleep 0.1; done
+  local i w s
+  for ((i = 0; i < 600; i++)); do
+    s=$(ckpt_step "$1/checkpoint.h5" 2>/dev/null)
+    [ -n "$s" ] && [ "$s" -gt "${2:--1}" ] && break; sleep 0.1
+  done
   sleep 0.3
   w=$(worker_of 1 "$1")
   [ -n "$w" ] && kill -KILL "$w" || fail "no worker of rank 1 in $1"
@@ -67,11 +71,7 @@ d=$work/fit
 lp=$!
 kill_rank1 "$d"
 for ((i = 0; i < 600; i++)); do grep -q "relaunching on 2 ranks" "$d.err" && break; sleep 0.1; done
-c=$(ckpt_step "$d/checkpoint.h5")
-for ((i = 0; i < 600; i++)); do s=$(ckpt_step "$d/checkpoint.h5"); [ "${s:-0}" -gt "${c:-0}" ] && break; sleep 0.1; done
-sleep 0.3
-w=$(worker_of 1 "$d")
-[ -n "$w" ] && kill -KILL "$w" || fail "fit: no worker of rank 1 on 2 ranks"
+kill_rank1 "$d" "$(ckpt_step "$d/checkpoint.h5")"
 wait $lp; rc=$?
 [ $rc = 137 ] || fail "fit: exit $rc, not 137: $(tail -3 "$d.err")"
 grep -qE "^strata: elastic: rank 1 of 3 .*; relaunching on 2 ranks \(data-parallel 3 -> 2, 3 microbatches a step, global batch 24, the planner's 8.5 MB per rank of 10.5 MB\)" "$d.err" &&
@@ -93,13 +93,7 @@ STRATA_SIMULATE_NODES=1 "$S" run -n 2 --hostfile "$work/hosts" $R "${run[@]}" "$
 lp=$!
 for ((i = 0; i < 600; i++)); do [ -n "$(worker_of 3 "$d")" ] && break; sleep 0.1; done
 [ -n "$(worker_of 3 "$d")" ] || fail "grow: no rank 3 after 60 s: $(cat "$d.err")"
-for ((i = 0; i < 600; i++)); do
-  s=$(ckpt_step "$d/checkpoint.h5")
-  [ "${s:-0}" -gt 150 ] && break; sleep 0.1
-done
-sleep 0.3
-w=$(worker_of 1 "$d")
-[ -n "$w" ] && kill -KILL "$w" || fail "grow: no worker of rank 1"
+kill_rank1 "$d" 150
 wait $lp; rc=$?
 [ $rc = 0 ] || fail "grow: exit $rc: $(tail -3 "$d.err")"
 grep -q "^strata: elastic: the global batch reaches 48 after step 150: stopping to grow to 4 ranks$" "$d.err" &&
