@@ -129,6 +129,17 @@ static int report(lua_State *L, int rank, int size, int *same_out) {
     else fprintf(stderr, "strata: %s\n", msg);
     fflush(stderr);
   }
+  /* An error of this rank alone (a watchdog's report of a hung peer, an
+   * MPI error from a dead one) ends the job: an elastic run goes on on the
+   * ranks left, as after a rank's death. */
+  if (!same && size > 1 && status == STRATA_EXIT_FAIL && !quiet) {
+    char what[1200];
+    snprintf(what, sizeof what, "rank %d of %d: %s", rank, size, msg);
+    char *hint = strstr(what, "; last complete checkpoint: ");
+    if (!hint) hint = strstr(what, "; no checkpoint was written");
+    if (hint) *hint = 0;
+    lstrata_elastic_failure(what);
+  }
   lstrata_status()->reported = 1; /* this rank's guard stays silent */
   *same_out = same;
   return status;

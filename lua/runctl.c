@@ -253,6 +253,8 @@ static void elastic_record(const char *what) {
   elastic_write(head);
 }
 
+void lstrata_elastic_failure(const char *what) { elastic_record(what); }
+
 void lstrata_elastic_grow(int ranks) {
   char head[32];
   snprintf(head, sizeof head, "grow=%d", ranks);

@@ -87,6 +87,8 @@ int lstrata_hosts_write(const lstrata_hosts_t *hs, const char *path);
  * hs: the machines; a failed rank's slot leaves them. */
 int lstrata_elastic_next(const char *file, int status_code, int np, int restarts, int warm_done,
                          lstrata_hosts_t *hs, char *ckpt, size_t ckpt_n, long *global_batch);
+/* Records a failure of this rank (an error of its own) for the launcher. */
+void lstrata_elastic_failure(const char *what);
 /* Appends key=value lines to the elastic records (rank 0: what the launcher chooses with). */
 void lstrata_elastic_append(const char *lines);
 /* An elastic run that stopped to grow (rank 0): records the ranks to

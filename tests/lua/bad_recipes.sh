@@ -51,6 +51,8 @@ check "override without =" 2 "strata run: 'steps' is not a key=value override" "
 check "bad -n" 2 "strata run: -n needs a positive number of ranks" "$S" run -n zero x.lua
 check "more ranks than slots" 2 "strata run: -n 6 is more than the 4 slots of hostfile hosts4 (nodeA 2, nodeB 2)" \
   "$S" run -n 6 --hostfile hosts4 "$here/bad/fanout_zero.lua"
+check "more ranks than Slurm's" 2 "strata run: -n 3 is more than the 2 slots of the Slurm allocation (SLURM_NTASKS = 2)" \
+  env SLURM_NTASKS=2 "$S" run -n 3 "$here/bad/fanout_zero.lua"
 printf 'nodeA slots=two\n' >"$work/badhosts"
 check "bad slots" 2 "strata run: badhosts:1: 'slots=two': slots must be a positive number" \
   "$S" run -n 2 --hostfile badhosts "$here/bad/fanout_zero.lua"
