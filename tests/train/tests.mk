@@ -12,3 +12,8 @@ $(eval $(call strata_program,offload_engine,tests/train/offload_engine.c,paralle
 $(eval $(call strata_program,sp_engine,tests/train/sp_engine.c,parallel))
 # The engine with 2D, 2.5D and 3D tensor parallelism against the serial run.
 $(eval $(call strata_program,tpmd_engine,tests/train/tpmd_engine.c,parallel))
+# The engine on a CUDA device against the CPU engine (make test-gpu: one rank
+# in the bundle; exit 77 without a GPU); with --cpu-checks in mpi.list, what
+# needs no GPU: device requests refused by name, auto falling back to the CPU.
+$(eval $(call strata_program,gpu_engine,tests/train/gpu_engine.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_engine
