@@ -308,6 +308,12 @@ static int l_train(lua_State *L) {
   eo.host_bytes = cfg_num(L, "offload", "host_mb") * 1048576.0;
   eo.chunk_bytes = cfg_num(L, "offload", "chunk_mb") * 1048576.0;
   eo.threads = threads;
+  /* STRATA_DEVICE=cpu keeps every rank on the CPU whatever the recipe says
+   * (DESIGN: the one place environment variables are read is the runner). */
+  const char *dev = cfg_str(L, "parallel", "device"), *force = getenv("STRATA_DEVICE");
+  if (force && !strcmp(force, "cpu")) dev = "cpu";
+  eo.device = !strcmp(dev, "cuda") ? PAR_DEVICE_CUDA : !strcmp(dev, "auto") ? PAR_DEVICE_AUTO : PAR_DEVICE_CPU;
+  eo.bf16_matmul = cfg_bool(L, "parallel", "bf16_matmul");
   eo.steps = (long)cfg_int(L, "train", "steps");
   eo.comm = lstrata_world(L);
   const char *init = cfg_str(L, "model", "init");

@@ -37,6 +37,47 @@ static int cuda_device_count(void) {
 #endif
 }
 
+int comm_cuda_device_count(void) { return cuda_device_count(); }
+
+int comm_local_device(MPI_Comm comm, int *device, int *local) {
+  MPI_Comm node = MPI_COMM_NULL;
+  int r = 0, mrc;
+  if (!device) return STRATA_EINVAL;
+  *device = -1;
+  if ((mrc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node)) != MPI_SUCCESS)
+    return STRATA_EMPI;
+  MPI_Comm_rank(node, &r);
+  MPI_Comm_free(&node);
+  if (local) *local = r;
+  int n = cuda_device_count();
+  if (n > 0) *device = r % n;
+  return STRATA_OK;
+}
+
+int comm_cuda_set_device(int device, char *msg, size_t msglen) {
+  int n = cuda_device_count();
+  if (msg && msglen) msg[0] = 0;
+#ifndef STRATA_CUDA
+  (void)n, (void)device;
+  if (msg && msglen) snprintf(msg, msglen, "this build of strata has no CUDA (built with CUDA=0 or without nvcc)");
+  return STRATA_EUNSUPPORTED;
+#else
+  if (device < 0 || device >= n) {
+    if (msg && msglen) {
+      if (n == 0) snprintf(msg, msglen, "no CUDA device is present on this machine");
+      else snprintf(msg, msglen, "cuda:%d: this machine has %d CUDA device%s (0 to %d)", device, n, n > 1 ? "s" : "", n - 1);
+    }
+    return STRATA_EUNSUPPORTED;
+  }
+  char err[256] = "";
+  if (comm_nccl_set_device(device, err, sizeof err)) {
+    if (msg && msglen) snprintf(msg, msglen, "cuda:%d: %s", device, err);
+    return STRATA_ECUDA;
+  }
+  return STRATA_OK;
+#endif
+}
+
 /* Wraps an MPI communicator we already own (mpi is consumed, even on failure). */
 static int comm_wrap(comm_t **out, MPI_Comm mpi, const comm_config_t *cfg, const char *name) {
   int rc = STRATA_ENOMEM, mrc;

@@ -101,6 +101,8 @@ void comm_count(comm_t *c, comm_kind_t kind, uint64_t sent, uint64_t recvd, doub
 #ifdef STRATA_CUDA
 int comm_nccl_device_count(void);
 int comm_nccl_is_device(const void *p);
+/* cudaSetDevice; 0 or the runtime's message in err. */
+int comm_nccl_set_device(int device, char *err, size_t errlen);
 int comm_nccl_start(comm_t *c, comm_kind_t kind, void *recv, const void *send, size_t count,
                     comm_dtype_t dt, comm_op_t op, int root, const size_t *counts, int peer,
                     void **event, char *err, size_t errlen);

@@ -14,3 +14,8 @@ $(eval $(call strata_program,sp_engine,tests/train/sp_engine.c,parallel))
 $(eval $(call strata_program,tpmd_engine,tests/train/tpmd_engine.c,parallel))
 # An elastic run grown in memory: 2 ranks spawn 2 more and migrate their state.
 $(eval $(call strata_program,elastic_migrate,tests/train/elastic_migrate.c,parallel))
+# The engine on a CUDA device against the CPU engine (make test-gpu: one rank
+# in the bundle; exit 77 without a GPU); with --cpu-checks in mpi.list, what
+# needs no GPU: device requests refused by name, auto falling back to the CPU.
+$(eval $(call strata_program,gpu_engine,tests/train/gpu_engine.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_engine

@@ -305,6 +305,23 @@ STRATA_API const char *comm_mesh_last_error(const comm_mesh_t *m);
  * the lowest id (always so with detected ids). Collective. */
 STRATA_API int comm_node_order(comm_t *c, MPI_Comm *out);
 
+/* ---- the rank's GPU ---------------------------------------------------
+ * A run with one GPU per rank picks it before its first device collective
+ * (NCCL communicators, and the CUDA runtime's pointer queries that route a
+ * buffer to NCCL, use the calling thread's current device). */
+
+/* CUDA devices this build can use: 0 without CUDA or without a GPU. */
+STRATA_API int comm_cuda_device_count(void);
+/* The GPU of this rank of comm (a world communicator): its rank among the
+ * ranks of comm sharing its node (MPI_Comm_split_type SHARED) modulo the
+ * node's CUDA devices, into *device; -1 when there is none. *local (may be
+ * NULL) receives that node-local rank. Collective over comm. */
+STRATA_API int comm_local_device(MPI_Comm comm, int *device, int *local);
+/* Makes device the calling thread's current CUDA device (cudaSetDevice).
+ * STRATA_EUNSUPPORTED on a build without CUDA or with no such device
+ * (msg, may be NULL, says which), STRATA_ECUDA when the runtime refuses. */
+STRATA_API int comm_cuda_set_device(int device, char *msg, size_t msglen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,6 +29,14 @@ extern "C" int comm_nccl_device_count(void) {
   return n;
 }
 
+extern "C" int comm_nccl_set_device(int device, char *err, size_t errlen) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) return 0;
+  snprintf(err, errlen, "cudaSetDevice: %s", cudaGetErrorString(e));
+  cudaGetLastError();
+  return -1;
+}
+
 extern "C" int comm_nccl_is_device(const void *p) {
   cudaPointerAttributes attr;
   if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {

@@ -147,12 +147,29 @@ typedef struct {
    * 4 x it] that wastes least). */
   int offload_chunks;
   double chunk_bytes;
+  /* Where the model, its parameters, gradients and optimizer state, and
+   * the communication buffers live: PAR_DEVICE_CPU (-1, the default), N >= 0
+   * cuda:N, PAR_DEVICE_CUDA (one GPU per rank: the rank's place among the
+   * ranks of its node modulo the node's GPUs) or PAR_DEVICE_AUTO (that GPU
+   * when the machine has one, else the CPU with one notice line on rank 0's
+   * stderr). The GPU is made the process's current device before the first
+   * collective; collectives on it go through NCCL on libcomm's own stream.
+   * A CUDA device on a build without CUDA or a machine without a GPU is
+   * STRATA_EUNSUPPORTED naming why; so are the layouts that do not run on a
+   * device yet (tensor parallelism, ring self-attention, the interleaved
+   * pipeline schedule, optimizer offload and the chunk policy). */
+  int device;
+  /* On a CUDA device: the model's fp32 GEMMs run with bf16 inputs and fp32
+   * accumulation (libtensor's tensor_ctx_options_t.bf16_matmul). */
+  int bf16_matmul;
 } par_engine_options_t;
+enum { PAR_DEVICE_CPU = -1, PAR_DEVICE_AUTO = -2, PAR_DEVICE_CUDA = -3 };
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
    .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
    .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0,  \
-   .offload_dir = NULL, .device_bytes = 0.0, .host_bytes = 0.0, .offload_chunks = 0, .chunk_bytes = 0.0}
+   .offload_dir = NULL, .device_bytes = 0.0, .host_bytes = 0.0, .offload_chunks = 0, .chunk_bytes = 0.0, \
+   .device = -1, .bf16_matmul = 0}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate) and trains it: dp x tp x pp ranks, or dp x sp
@@ -345,6 +362,7 @@ typedef struct {
   size_t buffer_peak;    /* the most bytes of buffers a pass took and gave back
                             (ZeRO-2's gradient buckets, ZeRO-3's gathered regions,
                             the fp32 working copies of mixed precision) */
+  int device;            /* where the engine trains: TENSOR_CPU (-1) or a CUDA ordinal */
 } par_engine_info_t;
 STRATA_API int par_engine_info(const par_engine_t *e, par_engine_info_t *out);
 

@@ -12,7 +12,21 @@
  * holds the parameters, the optimizer state and step, and the data
  * position, and the computation is deterministic for a given layout and
  * thread count, so the losses after a resume are bit-identical to an
- * uninterrupted run. */
+ * uninterrupted run.
+ *
+ * On a CUDA device (opts.device) the model, the flat parameter and
+ * gradient buffers, ZeRO's shards and pass buffers, the fp32 masters and
+ * the optimizer state are all device tensors of the model's context: the
+ * state's copies, casts and sums are libtensor's, the update liboptim's
+ * multi-tensor kernels, the collectives on them NCCL's (libcomm). Ordering:
+ * libtensor and liboptim queue their work on the legacy default stream;
+ * libcomm starts a device collective on its own stream after the work
+ * queued there before the call (an event), so a bucket posted from the
+ * hook after backward queued its gradients reduces those gradients while
+ * the rest of backward runs, and comm_wait/comm_test report completion on
+ * the device, which the update (state_finish_reductions first) and the
+ * buffers' release wait for. Norms and the loss come back to the host as
+ * doubles (liboptim's sums); checkpoints pass through host buffers. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -94,6 +108,62 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
 
 /* ------------------------------------------------------------ create */
 
+/* The layouts whose pieces still run on the host only: NULL when lay runs
+ * on a device, else what does not (named for the refusal). */
+static const char *device_unready(const par_engine_t *e, const par_layout_t *lay, char *buf, size_t n) {
+  if (lay->tp > 1)
+    snprintf(buf, n, "tp=%d (%s tensor parallelism: its layers are CPU code)", lay->tp,
+             lay->tp_mode == PAR_TP_1D ? "Megatron 1D" : "2D, 2.5D and 3D");
+  else if (lay->sp > 1) snprintf(buf, n, "sp=%d (ring self-attention)", lay->sp);
+  else if (lay->pp > 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
+    snprintf(buf, n, "the interleaved pipeline schedule (NCCL matches a peer's sends in call order, not by tag)");
+  else if (lay->offload_optimizer != PAR_TIER_DEVICE)
+    snprintf(buf, n, "offload=%s (the optimizer state in liboffload's tiers)",
+             lay->offload_optimizer == PAR_TIER_NVME ? "optimizer-nvme" : "optimizer");
+  else if (e->opts.offload_chunks) snprintf(buf, n, "the chunk policy (offload.policy = \"chunks\")");
+  else return NULL;
+  return buf;
+}
+
+/* Where the engine trains (opts.device): e->device, the CUDA device made
+ * this process's current one before any collective (NCCL communicators and
+ * libcomm's pointer queries use it). PAR_DEVICE_AUTO falls back to the CPU,
+ * on every rank alike, when any rank has no GPU. */
+static int pick_device(par_engine_t *e, const par_layout_t *lay) {
+  int want = e->opts.device, dev = want, rc;
+  char msg[320], why[256];
+  e->device = TENSOR_CPU;
+  if (want == PAR_DEVICE_CPU) return STRATA_OK;
+  if (want < PAR_DEVICE_CUDA)
+    return engine_fail(e, 1, STRATA_EINVAL,
+                       "device %d: expected a CUDA ordinal >= 0, -1 (the CPU), -2 (auto: a GPU per rank when "
+                       "there are GPUs) or -3 (a GPU per rank)", want);
+  if (want < 0 && comm_local_device(e->world, &dev, NULL) != STRATA_OK)
+    return engine_fail(e, 0, STRATA_EMPI, "device: cannot group the run's ranks by node");
+  if (want == PAR_DEVICE_AUTO) {
+    int have = dev >= 0;
+    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, e->world);
+    if (!have) {
+      if (e->wrank == 0)
+        fprintf(stderr, "strata: device auto: %s; training on the CPU\n",
+                comm_cuda_device_count() > 0 ? "a rank of the run has no GPU"
+                                             : "no CUDA device here (or a build without CUDA)");
+      return STRATA_OK;
+    }
+  }
+  if (dev < 0) { /* (no device here: comm_cuda_set_device says why) */
+    comm_cuda_set_device(0, msg, sizeof msg);
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "device cuda (a GPU per rank): %s", msg);
+  }
+  if (device_unready(e, lay, why, sizeof why))
+    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "layout %s does not run on a device yet; train it on the CPU "
+                       "(device cpu)", why);
+  if ((rc = comm_cuda_set_device(dev, msg, sizeof msg)) != STRATA_OK)
+    return engine_fail(e, 1, rc, "device cuda:%d: %s", dev, msg);
+  e->device = dev;
+  return STRATA_OK;
+}
+
 static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_t *lay,
                   const par_optim_config_t *oc) {
   char why[512];
@@ -102,6 +172,8 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   MPI_Comm_rank(world, &e->wrank), MPI_Comm_size(world, &e->wsize);
   if (par_layout_validate(mc, lay, e->wsize, why, sizeof why) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
+  int rc;
+  if ((rc = pick_device(e, lay))) return rc;
   if (lay->tp_mode != PAR_TP_1D && (lay->pp > 1 || lay->sp > 1 || e->opts.offload_chunks))
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout: 2D, 2.5D and 3D tensor parallelism train with data parallelism and ZeRO, without "
@@ -225,6 +297,11 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
            : lay->offload_optimizer == PAR_TIER_NVME ? " offload=optimizer-nvme"
                                                      : "",
            e->wsize, e->opts.threads);
+  if (e->device >= 0) { /* (the CPU's description stays as it was) */
+    size_t k = strlen(e->layout_desc);
+    snprintf(e->layout_desc + k, sizeof e->layout_desc - k, " device=cuda%s",
+             e->opts.bf16_matmul ? " bf16_matmul" : "");
+  }
   e->loss_ranks = e->wsize / e->pp; /* the last stage's */
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
     return engine_fail(e, 1, STRATA_EINVAL, "sequence length %d outside [1, %d] (the model's positions)",
@@ -232,7 +309,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   e->seq = e->opts.seq ? e->opts.seq : mc->seq;
   /* The optimizer first: its configuration decides the state's arrays. */
   char err[512];
-  int rc = par_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->groups, err, sizeof err);
+  rc = engine_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->device, e->groups, err, sizeof err);
   if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
   snprintf(e->optim_name, sizeof e->optim_name, "%s", oc->name);
   par_optim_describe(oc, e->optim_desc, sizeof e->optim_desc);
@@ -242,6 +319,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   par_gpt_options_t go = PAR_GPT_OPTIONS_DEFAULTS;
   go.threads = e->opts.threads;
   go.external = 1; /* the engine holds parameters and gradients, sharded */
+  go.device = e->device, go.bf16_matmul = e->device >= 0 && e->opts.bf16_matmul;
   go.tp = e->tpc;   /* tensor parallelism inside the model: Megatron's, or 2D, 2.5D, 3D */
   go.tp_mode = (int)lay->tp_mode, go.tp_depth = lay->tp_depth;
   go.seq_parallel = lay->seq_parallel;
@@ -349,6 +427,7 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
   out->buckets = e->nbuckets;
   for (int i = 0; i < 3; i++) out->state_bytes[i] = e->state_bytes[i];
   out->buffer_peak = e->buf_peak;
+  out->device = e->device;
   return STRATA_OK;
 }
 

@@ -77,6 +77,28 @@ static void global_ranges(const par_engine_t *e, const par_gpt_view_t *v, int64_
   }
 }
 
+/* Training on a device: HDF5 reads and writes host memory, so the n
+ * elements at data (on the device) pass through a host buffer. */
+static int view_io_staged(par_engine_t *e, par_ckpt_t *c, int writing, const char *name, const par_gpt_view_t *v,
+                          int nr, const int64_t *off, const int64_t *cnt, int64_t n, float *data) {
+  float *host = malloc((size_t)n * sizeof *host);
+  if (!host) return engine_fail(e, 0, STRATA_ENOMEM, "checkpoint: out of memory staging %s (%lld floats)", name,
+                                (long long)n);
+  tensor_t h = tensor_view1(host, TENSOR_F32, TENSOR_CPU, n), d = tensor_view1(data, TENSOR_F32, e->device, n);
+  /* (the collective write and read run even when a copy failed, so that
+   * the other ranks are not left waiting; the status says it failed) */
+  int crc = writing ? tensor_copy(e->tc, &h, &d) : STRATA_OK;
+  int rc = writing ? par_ckpt_write_ranges(c, name, v->ndim, v->global, nr, off, cnt, host)
+                   : par_ckpt_read_ranges(c, name, v->ndim, v->global, nr, off, cnt, host);
+  if (!writing && rc == STRATA_OK) crc = tensor_copy(e->tc, &d, &h);
+  if (crc != STRATA_OK) {
+    engine_fail(e, 0, crc, "checkpoint: %s: %s", name, tensor_last_error(e->tc));
+    if (rc == STRATA_OK) rc = crc;
+  }
+  free(host);
+  return rc;
+}
+
 /* The region of view i. */
 static int view_region(const par_engine_t *e, int i) {
   for (int r = 0; r < e->nregions; r++)
@@ -189,6 +211,9 @@ static int ckpt_part(void *ctx, par_engine_t *e, char what, int view, int nr, co
   int64_t zero = 0;
   ckpt_array_name(io->ver, what, e->optim_name, v->name, name, sizeof name);
   if (nr == 0) off = cnt = &zero, nr = 1;
+  int64_t n = 0;
+  for (int k = 0; k < nr; k++) n += cnt[k];
+  if (e->device >= 0 && data && n > 0) return view_io_staged(e, io->c, io->writing, name, v, nr, off, cnt, n, data);
   return io->writing ? par_ckpt_write_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data)
                      : par_ckpt_read_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data);
 }

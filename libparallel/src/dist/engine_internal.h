@@ -168,7 +168,7 @@ struct par_engine {
   double *trust;      /* per view: LAMB's/LARS' trust ratio in the last update (NaN: not known here) */
   double base_lr;     /* the configuration's peak rate; par_engine_set_batch scales it */
   int32_t *in, *tg;   /* one microbatch of inputs and targets */
-  char model_desc[256], optim_desc[512], layout_desc[160];
+  char model_desc[256], optim_desc[512], layout_desc[224];
   double loss0; /* the loss of the run's first step (NaN before it; kept in checkpoints) */
   char ckpt_optim[512], ckpt_data[256]; /* the loaded checkpoint's optimizer and data descriptions */
   int64_t *ranges; /* checkpoints: a view's ranges in the whole tensor (2 x (most rows + 3)) */
@@ -322,6 +322,10 @@ int pipe_sum_views(par_engine_t *e, double *vsq, int w);
  * e->err) and does the same. Returns an error only when the messages
  * themselves failed. */
 int pipe_forward_only(par_engine_t *e, const int32_t *in, const int32_t *tg, float *loss, int *failed);
+
+/* optimizer.c: par_optim_create for arrays on `device` (-1: the host). */
+int engine_optim_create(optim **out, const par_optim_config_t *c, long steps, int threads, int device,
+                        int groups[2], char *err, size_t errlen);
 
 /* fit.c: refuses a model and layout that cannot fit this rank's memory. */
 int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_t *lay);

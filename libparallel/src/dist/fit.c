@@ -60,6 +60,10 @@ static const char *gb(char *buf, double bytes) {
 int engine_check_fit(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_t *lay) {
   double have = e->opts.memory_bytes;
   if (have < 0) return STRATA_OK; /* the caller turned the check off */
+  /* On a GPU the model states and activations are the device's, which the
+   * host's memory says nothing about; its allocator refuses what does not
+   * fit (STRATA_ENOMEM naming the bytes). A given memory_bytes is compared. */
+  if (have == 0 && e->device >= 0) return STRATA_OK;
   int local = 1;
   if (have == 0) {
     MPI_Comm node;

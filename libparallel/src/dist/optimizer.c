@@ -12,6 +12,9 @@
 
 #include "num.h"
 
+int engine_optim_create(optim **out, const par_optim_config_t *c, long steps, int threads, int device,
+                        int groups[2], char *err, size_t errlen);
+
 static const char *const optim_names[] = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars", NULL};
 static const int optim_kinds[] = {OPTIM_ADAMW, OPTIM_SGD, OPTIM_SGD, OPTIM_SGD, OPTIM_LAMB, OPTIM_LARS};
 static const char *const sched_names[] = {"constant", "cosine", "linear", NULL};
@@ -50,6 +53,14 @@ int par_optim_kind(const char *name) {
 
 int par_optim_create(optim **out, const par_optim_config_t *c, long steps, int threads,
                      int groups[2], char *err, size_t errlen) {
+  return engine_optim_create(out, c, steps, threads, -1, groups, err, errlen);
+}
+
+/* par_optim_create for arrays on `device` (-1: host memory; N >= 0: cuda:N,
+ * liboptim's multi-tensor kernels on the default stream, in order with the
+ * model's work). */
+int engine_optim_create(optim **out, const par_optim_config_t *c, long steps, int threads, int device,
+                        int groups[2], char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
   if (!out || !c || !groups) return fail(err, errlen, "par_optim_create: NULL argument");
   *out = NULL;
@@ -78,6 +89,7 @@ int par_optim_create(optim **out, const par_optim_config_t *c, long steps, int t
   optim_config oc = OPTIM_CONFIG_DEFAULTS;
   oc.kind = kind;
   oc.threads = threads;
+  if (device >= 0) oc.device = OPTIM_CUDA, oc.cuda_device = device;
   optim *o = NULL;
   char why[512] = "";
   if ((rc = optim_create(&o, &oc, why, sizeof why)) != STRATA_OK) {

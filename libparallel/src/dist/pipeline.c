@@ -61,9 +61,19 @@ int pipe_create(par_engine_t *e) {
   if (!(e->slot_of = malloc(((size_t)m + (size_t)e->nslots) * sizeof *e->slot_of)) ||
       !(e->in_all = malloc((size_t)m * bt * sizeof *e->in_all)) ||
       !(e->tg_all = malloc((size_t)m * bt * sizeof *e->tg_all)) || !(e->gsend = calloc(ns, sizeof *e->gsend)) ||
-      !(e->fsend = calloc(ns, sizeof *e->fsend)) || !(e->bsend = calloc(ns, sizeof *e->bsend)) ||
-      !(e->dry = calloc(e->boundary, sizeof *e->dry)))
+      !(e->fsend = calloc(ns, sizeof *e->fsend)) || !(e->bsend = calloc(ns, sizeof *e->bsend)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for a pipeline of %d microbatches", m);
+  /* A failed rank's stand-in for the boundary buffers lives where they do:
+   * on a device its messages must go through NCCL as its peers' do. */
+  if (e->device >= 0) {
+    tensor_t t;
+    int64_t nb = (int64_t)e->boundary;
+    if ((rc = tensor_alloc(e->tc, &t, TENSOR_F32, e->device, 1, &nb)))
+      return engine_fail(e, 0, rc, "pipeline: %s", tensor_last_error(e->tc));
+    e->dry = t.data;
+  } else if (!(e->dry = calloc(e->boundary, sizeof *e->dry))) {
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for a pipeline of %d microbatches", m);
+  }
   return STRATA_OK;
 }
 
@@ -78,10 +88,19 @@ void pipe_destroy(par_engine_t *e) {
   for (size_t i = 0; e->gsend && i < (size_t)e->nslots * (size_t)e->interleave; i++)
     if (e->gsend[i]) {
       tensor_t t = tensor_view1(e->gsend[i], TENSOR_F32, e->device, (int64_t)e->boundary);
+      t.owned = 1; /* (tensor_alloc's: a view would be left alone) */
       tensor_free(e->tc, &t);
     }
   par_pipe_destroy(e->pipe);
-  free(e->slot_of), free(e->in_all), free(e->tg_all), free(e->gsend), free(e->fsend), free(e->bsend), free(e->dry);
+  if (e->dry && e->device >= 0) {
+    tensor_t t = tensor_view1(e->dry, TENSOR_F32, e->device, (int64_t)e->boundary);
+    t.owned = 1;
+    tensor_free(e->tc, &t);
+  } else {
+    free(e->dry);
+  }
+  e->dry = NULL;
+  free(e->slot_of), free(e->in_all), free(e->tg_all), free(e->gsend), free(e->fsend), free(e->bsend);
   e->pipe = NULL;
 }
 
