@@ -152,5 +152,14 @@ grep -q "^strata: elastic: relaunching on 4 ranks (data-parallel 1 -> 4, 4 micro
 "$S" run tests/lua/close_losses.lua a="$d/metrics.h5" b="$work/fixed4/metrics.h5" after="${at:-0}" >"$d.cmp" 2>&1 \
   || fail "1 -> 4: losses after step $at: $(tail -2 "$d.cmp")"
 echo "elastic: 1 -> 4 ranks at step $at; $(cat "$d.cmp")"
+# recipes/elastic.lua, shortened, over the two simulated machines: 2 ranks
+# grow to 4 when the batch reaches 64.
+d=$work/recipe
+STRATA_SIMULATE_NODES=1 "$S" run -n 2 --hostfile "$work/hosts" recipes/elastic.lua train.steps=60 train.batch_warmup=20 \
+  optim.warmup=5 model.layers=1 model.hidden=32 model.heads=2 model.seq=32 checkpoint.every=20 elastic.max_ranks=4 \
+  train.eval_every=0 metrics.plot=false run_dir="$d" >"$d.out" 2>"$d.err" || fail "recipe: exit $?: $(tail -3 "$d.err")"
+grep -q "^strata: elastic: relaunching on 4 ranks over nodeA 2, nodeB 2 (data-parallel 2 -> 4, 4 microbatches a step, global batch 64) from the checkpoint of step 20$" "$d.err" \
+  || fail "recipe: messages: $(cat "$d.err")"
+echo "elastic: recipes/elastic.lua grew from 2 to 4 ranks over two simulated machines"
 echo "elastic: $fails failed"
 [ $fails = 0 ]
