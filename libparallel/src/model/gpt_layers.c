@@ -239,6 +239,11 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
     T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
   }
   if ((rc = row_parallel_forward(m, &m->tmp, &a->atty, &k->proj))) goto fail;
+  /* The attention's residual and ln_2 in one pass. The block's output
+   * (res2 + the MLP's) stays a separate add: the layernorm that reads it is
+   * the next region's (ln_1 of the next block, or ln_f), whose parameters
+   * are resident only once the hook has heard NEED for that region (ZeRO-3
+   * gathers, offload fetches them there). */
   T_(tensor_residual_layernorm_forward(tc, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, x, &m->tmp, &k->ln2.w,
                                        &k->ln2.b, GPT_LN_EPS));
   T_(tensor_linear_act_forward(tc, &a->fch_gelu, &a->fch, &a->ln2, &k->fc.w, &k->fc.b, TENSOR_ACT_GELU));
@@ -297,7 +302,11 @@ int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss
                                 GPT_LN_EPS));
   }
   int64_t R = (int64_t)m->B * m->T;
-  if (m->fused_head && with_loss) { /* loss and lse chunk by chunk; no logits kept */
+  /* Fused (opts.head_chunk): the loss and lse chunk by chunk, no logits
+   * kept; backward computes each chunk's logits again rather than keep
+   * them (one more head GEMM, 2 V h FLOPs a token) or keep the gradients
+   * it would have to accumulate into dwte before backward is asked for. */
+  if (m->fused_head && with_loss) {
     m->logits.data = NULL;
     T_(tensor_classifier_xent(tc, &m->losses, &m->lse, NULL, NULL, &m->lnf_out, &m->wte, &m->targets, 0.f,
                               m->head_chunk));
