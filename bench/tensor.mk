@@ -4,9 +4,11 @@
 # the 124M shape also with its AdamW update (tensor.gpt124m.step.cpu).
 $(eval $(call strata_program,bench_tensor_gpt,bench/tensor_gpt.c,parallel))
 BENCH_PROGRAMS += 0:$$BUILD/bin/bench_tensor_gpt@gpt124m@2 0:$$BUILD/bin/bench_tensor_gpt@gptbyte@2
-# GPU machines (`make bench-gpu`): the 124M shape at T 1024, B 8 with bf16 GEMM
-# inputs against a cuBLAS bf16 GEMM; built from the model's sources and
-# libtensor only, so it needs neither MPI nor HDF5 where it runs.
+# GPU machines (`make bench-gpu`): the 124M and 350M shapes at T 1024, B 8 with
+# bf16 GEMM inputs against a cuBLAS bf16 GEMM, with tokens/s and MFU against
+# the device's spec-sheet peak (goal: MFU >= 0.5 at 350M); built from the
+# model's sources and libtensor only, so it needs neither MPI nor HDF5 where
+# it runs.
 ifeq ($(HAVE_CUDA),1)
 $(eval $(call strata_program,bench_tensor_gpu,bench/tensor_gpt.c $(wildcard libparallel/src/model/gpt*.c),tensor,-DBENCH_GPU_DEFAULTS -Ilibparallel/include -Ilibparallel/src/model -DGPT_WITHOUT_COMM))
 GPU_BENCH += $(BUILD)/bin/bench_tensor_gpu

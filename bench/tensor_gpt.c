@@ -6,10 +6,18 @@
  * follows every model step, so both medians see the same neighbours.
  *
  *   bench_tensor_gpt SHAPE [THREADS] [STEPS] [cuda]
- *   bench_tensor_gpu              (GPU machines: gpt124m-1024 on cuda:0, bf16 GEMMs;
- *                                  prints BENCH tensor.gpt124m.cuda, exits 77 without a GPU)
+ *   bench_tensor_gpu [SHAPE ...]  (GPU machines: without a shape gpt124m-1024
+ *                                  then gpt350m-1024 on cuda:0, bf16 GEMMs;
+ *                                  exits 77 without a GPU)
  *   SHAPE: gpt124m (L12 h768 12 heads T64 B4 V50304), gptbyte (L6 h384 6 heads
- *          T256 B8 V256), gpt124m-1024 (T1024 B8, for the GPU).
+ *          T256 B8 V256), gpt124m-1024 (T1024 B8, for the GPU), gpt350m-1024
+ *          (GPT-2 medium: L24 h1024 16 heads T1024 B8 V50304, for the GPU).
+ *
+ * On CUDA each shape also prints its tokens/s and, where the device is in
+ * gpu_peak.h's table of spec-sheet bf16 peaks, a second line
+ *   BENCH tensor.<shape>.cuda.mfu value=<model TFLOP/s> unit=TFLOP/s
+ *         baseline=<table peak TFLOP/s> ratio=<MFU>
+ * (the first line's ratio is the MFU against the measured cuBLAS peak).
  *
  * On the CPU the gpt124m shape prints a second line, BENCH
  * tensor.gpt124m.step.cpu: the whole training step, the fused AdamW update
@@ -30,6 +38,9 @@
 #include <strata/tensor.h>
 
 #include "gpu_gemm.h"
+#if defined(BENCH_GPU_DEFAULTS)
+#include "gpu_peak.h"
+#endif
 
 void openblas_set_num_threads(int num_threads);
 
@@ -104,25 +115,8 @@ static double sgemm_flops(sgemm_bench_t *g) {
   return g->count ? 2.0 * g->n * g->n * g->n / median(g->t, g->count) : 0;
 }
 
-int main(int argc, char **argv) {
-  /* libtensor's OpenMP threads own the cores; idle ones must sleep rather
-   * than spin, or on a shared machine they take the cycles the working
-   * threads need (measured here: 3.5 s -> 2.5 s per gptbyte step at load 4).
-   * libgomp reads the policy once, before main, so set it and start again,
-   * as strata's runner does. */
-  if (!getenv("OMP_WAIT_POLICY")) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);
-  }
-#if defined(BENCH_GPU_DEFAULTS) /* the GPU bench binary: 124M shape, T 1024, B 8, bf16 GEMMs */
-  const char *shape = argc > 1 ? argv[1] : "gpt124m-1024";
-  int threads = argc > 2 ? atoi(argv[2]) : 1, steps = argc > 3 ? atoi(argv[3]) : 0;
-  int cuda = argc > 4 ? !strcmp(argv[4], "cuda") : 1;
-#else
-  const char *shape = argc > 1 ? argv[1] : "gpt124m";
-  int threads = argc > 2 ? atoi(argv[2]) : 2, steps = argc > 3 ? atoi(argv[3]) : 0;
-  int cuda = argc > 4 && !strcmp(argv[4], "cuda");
-#endif
+/* One shape's figure(s); 0 ok, 77 skipped, else failed. */
+static int run_shape(const char *shape, int threads, int steps, int cuda) {
   par_gpt_config_t c = {.layers = 12, .hidden = 768, .heads = 12, .seq = 64, .vocab = 50304};
   int B = 4, T = 64;
   if (!strcmp(shape, "gptbyte")) {
@@ -130,8 +124,11 @@ int main(int argc, char **argv) {
     B = 8, T = 256;
   } else if (!strcmp(shape, "gpt124m-1024")) {
     c.seq = 1024, B = 8, T = 1024;
+  } else if (!strcmp(shape, "gpt350m-1024")) {
+    c = (par_gpt_config_t){.layers = 24, .hidden = 1024, .heads = 16, .seq = 1024, .vocab = 50304};
+    B = 8, T = 1024;
   } else if (strcmp(shape, "gpt124m")) {
-    fprintf(stderr, "bench_tensor_gpt: unknown shape %s (gpt124m, gptbyte, gpt124m-1024)\n", shape);
+    fprintf(stderr, "bench_tensor_gpt: unknown shape %s (gpt124m, gptbyte, gpt124m-1024, gpt350m-1024)\n", shape);
     return 2;
   }
   if (cuda && tensor_cuda_device_count() == 0) { /* the GPU bundle's convention: 77 = skipped */
@@ -214,9 +211,25 @@ int main(int argc, char **argv) {
     fprintf(stderr, "# %s: CPU-time ratio %.3f (step %.3f CPU-s, sgemm %.3f CPU-s)\n", shape,
             par_gpt_flops_per_token(&c, T) * B * T / step_cpu / (2.0 * 2048 * 2048 * 2048 / g_gemm_cpu),
             step_cpu, g_gemm_cpu);
-  printf("BENCH tensor.%s.%s value=%.4g unit=FLOP/s baseline=%.4g ratio=%.3f\n",
-         strcmp(shape, "gpt124m-1024") ? shape : "gpt124m", cuda ? "cuda" : "cpu", flops, base,
-         base > 0 ? flops / base : 0);
+  char name[64];
+  snprintf(name, sizeof name, "%s", shape);
+  char *dash = strstr(name, "-1024");
+  if (dash) *dash = 0; /* gpt124m-1024 -> gpt124m */
+  printf("BENCH tensor.%s.%s value=%.4g unit=FLOP/s baseline=%.4g ratio=%.3f\n", name, cuda ? "cuda" : "cpu", flops,
+         base, base > 0 ? flops / base : 0);
+#if defined(BENCH_GPU_DEFAULTS)
+  if (cuda) { /* tokens/s, and MFU against the spec sheet's peak where the table knows the device */
+    char dev[256];
+    double peak = gpu_table_peak(0, dev, sizeof dev);
+    fprintf(stderr, "# %s: %.0f tokens/s on %s; MFU %.3f of the measured cuBLAS bf16 peak (%.1f TFLOP/s)", shape,
+            B * T / tmed, dev, base > 0 ? flops / base : 0, base / 1e12);
+    if (peak > 0) fprintf(stderr, ", %.3f of the table's %.1f TFLOP/s\n", flops / peak, peak / 1e12);
+    else fprintf(stderr, "; no table peak for this device\n");
+    if (peak > 0)
+      printf("BENCH tensor.%s.cuda.mfu value=%.4g unit=TFLOP/s baseline=%.4g ratio=%.3f\n", name, flops / 1e12,
+             peak / 1e12, flops / peak);
+  }
+#endif
   if (with_adam) {
     double tstep = median(ta + 1, steps), fs = par_gpt_flops_per_token(&c, T) * B * T / tstep;
     fprintf(stderr, "# %s: step with AdamW median %.3f s (update %.3f s)\n", shape, tstep, tstep - tmed);
@@ -229,4 +242,30 @@ int main(int argc, char **argv) {
 #endif
   free(tok), free(tgt), free(t), free(ta);
   return 0;
+}
+
+int main(int argc, char **argv) {
+  /* libtensor's OpenMP threads own the cores; idle ones must sleep rather
+   * than spin, or on a shared machine they take the cycles the working
+   * threads need (measured here: 3.5 s -> 2.5 s per gptbyte step at load 4).
+   * libgomp reads the policy once, before main, so set it and start again,
+   * as strata's runner does. */
+  if (!getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+  }
+#if defined(BENCH_GPU_DEFAULTS) /* the GPU bench binary: GPT-2 124M then 350M, T 1024, B 8, bf16 GEMMs */
+  if (argc <= 1) {
+    int rc = run_shape("gpt124m-1024", 1, 0, 1);
+    return rc ? rc : run_shape("gpt350m-1024", 1, 0, 1);
+  }
+  const char *shape = argv[1];
+  int threads = argc > 2 ? atoi(argv[2]) : 1, steps = argc > 3 ? atoi(argv[3]) : 0;
+  int cuda = argc > 4 ? !strcmp(argv[4], "cuda") : 1;
+#else
+  const char *shape = argc > 1 ? argv[1] : "gpt124m";
+  int threads = argc > 2 ? atoi(argv[2]) : 2, steps = argc > 3 ? atoi(argv[3]) : 0;
+  int cuda = argc > 4 && !strcmp(argv[4], "cuda");
+#endif
+  return run_shape(shape, threads, steps, cuda);
 }

@@ -165,3 +165,43 @@ int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweigh
 fail:
   return rc;
 }
+
+int tensor_residual_layernorm_forward(tensor_ctx_t *ctx, tensor_t *resid, tensor_t *out, tensor_t *mean,
+                                      tensor_t *rstd, const tensor_t *a, const tensor_t *b, const tensor_t *weight,
+                                      const tensor_t *bias, float eps) {
+  int rc = STRATA_OK, C;
+  int64_t rows;
+  char s1[96], s2[96];
+  const char *fn = "tensor_residual_layernorm_forward";
+  if (!ctx) return STRATA_EINVAL;
+  TRY(tensor_check(ctx, fn, "a", a, TENSOR_F32, 1, 4));
+  TRY(tensor_check(ctx, fn, "b", b, TENSOR_F32, 1, 4));
+  TRY(tensor_check(ctx, fn, "resid", resid, TENSOR_F32, 1, 4));
+  TRY(tensor_check_device(ctx, fn, "b", b, a->device));
+  TRY(tensor_check_device(ctx, fn, "resid", resid, a->device));
+  CHECK(tensor_same_shape(a, b) && tensor_same_shape(resid, a), STRATA_ESHAPE, "%s: a %s, b %s and resid differ",
+        fn, tensor_describe(a, s1, sizeof s1), tensor_describe(b, s2, sizeof s2));
+  if (a->device == TENSOR_CPU) { /* the separate ops, which define the results */
+    TRY(tensor_add_forward(ctx, resid, a, b));
+    TRY(tensor_layernorm_forward(ctx, out, mean, rstd, resid, weight, bias, eps));
+    goto fail;
+  }
+  TRY(check_ln(ctx, fn, resid, weight, bias, mean, rstd, &rows, &C));
+  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
+  TRY(tensor_check_device(ctx, fn, "out", out, a->device));
+  CHECK(tensor_same_shape(out, a), STRATA_ESHAPE, "%s: out %s != a %s", fn, tensor_describe(out, s1, sizeof s1),
+        tensor_describe(a, s2, sizeof s2));
+  CHECK(eps >= 0.f, STRATA_EINVAL, "%s: eps %g < 0", fn, (double)eps);
+#if defined(STRATA_CUDA)
+  TRY(tcu_residual_layernorm_forward(ctx, resid->data, out->data, mean->data, rstd->data, a->data, b->data,
+                                     weight->data, bias ? bias->data : NULL, rows, C, eps));
+#endif
+fail:
+  return rc;
+}
+
+int tensor_residual_layernorm_backward(tensor_ctx_t *ctx, tensor_t *dresid, tensor_t *dweight, tensor_t *dbias,
+                                       const tensor_t *dout, const tensor_t *resid, const tensor_t *weight,
+                                       const tensor_t *mean, const tensor_t *rstd) {
+  return tensor_layernorm_backward(ctx, dresid, dweight, dbias, dout, resid, weight, mean, rstd);
+}

@@ -92,6 +92,19 @@ int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, co
                       const int32_t *targets, int64_t rows, int V, float dloss, int64_t lo, int slice);
 int tcu_xent_slice_forward(tensor_ctx_t *ctx, float *lse, float *zt, const float *logits, const int32_t *targets,
                            int64_t rows, int V, int64_t lo);
+/* The fused classifier's row kernel (classifier.c) over n rows of f32
+ * logits z (n, V): lse, losses (may be NULL) and, when dz is given, dz =
+ * dloss (softmax - onehot) in dtype dz_dt (f32: dz may be z itself, row by
+ * row in place; bf16); a row with target < 0 gets loss 0 and dz 0. A target
+ * >= V raises the device flag, which tcu_classifier_check reads back once
+ * (STRATA_EINVAL) after the chunks. */
+int tcu_classifier_rows(tensor_ctx_t *ctx, float *losses, float *lse, void *dz, int dz_dt, const float *z,
+                        const int32_t *targets, int64_t n, int V, float dloss);
+int tcu_classifier_check(tensor_ctx_t *ctx, int V);
+/* resid = a + b, out = layernorm(resid) (mean, rstd saved); one warp a row. */
+int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, float *resid, float *out, float *mean, float *rstd,
+                                   const float *a, const float *b, const float *w, const float *bias,
+                                   int64_t rows, int C, float eps);
 /* out = in * mask / (1-p) (accumulate: out += ...), mask from Philox(key, offset + i). */
 int tcu_dropout(tensor_ctx_t *ctx, float *out, const float *in, int64_t n, float p,
                 const uint32_t key[2], int64_t offset, int accumulate);

@@ -589,12 +589,133 @@ static double rel_diff(const float *a, const float *b, size_t n) {
   return sqrt(num / (den > 0 ? den : 1));
 }
 
-static void test_model(int bf16, int recompute) {
+/* The fused residual add + layernorm: against the CPU's separate ops with
+ * the layernorm's tolerance, and against the device's own separate kernels
+ * bit for bit (the fused kernel sums in their order). */
+static void test_residual_layernorm(void) {
+  int64_t sx[2] = {300, 768}, sw[1] = {768}, sr[1] = {300};
+  tensor_t a = hrand(2, sx, 41, 2.f), b = hrand(2, sx, 42, 2.f), w = hrand(1, sw, 43, 1.f), bi = hrand(1, sw, 44, 1.f);
+  tensor_t r = hrand(2, sx, 45, 1.f), o = hrand(2, sx, 46, 1.f), mu = hrand(1, sr, 47, 1.f), rs = hrand(1, sr, 48, 1.f);
+  tensor_t da = todev(&a), db = todev(&b), dw = todev(&w), dbi = todev(&bi), dr = todev(&r), dout = todev(&o),
+           dmu = todev(&mu), drs = todev(&rs), dr2 = todev(&r), do2 = todev(&o), dmu2 = todev(&mu), drs2 = todev(&rs);
+  must(tensor_residual_layernorm_forward(ctx, &r, &o, &mu, &rs, &a, &b, &w, &bi, 1e-5f), "res ln cpu");
+  must(tensor_residual_layernorm_forward(ctx, &dr, &dout, &dmu, &drs, &da, &db, &dw, &dbi, 1e-5f), "res ln gpu");
+  expect("residual layernorm sum", &dr, &r, 0, 0, NULL, 0); /* one f32 add: exact on both */
+  expect("residual layernorm forward", &dout, &o, 1e-5, 1e-4, NULL, 0);
+  expect("residual layernorm mean", &dmu, &mu, 1e-5, 1e-4, NULL, 0);
+  expect("residual layernorm rstd", &drs, &rs, 1e-5, 1e-4, NULL, 0);
+  must(tensor_add_forward(ctx, &dr2, &da, &db), "add gpu");
+  must(tensor_layernorm_forward(ctx, &do2, &dmu2, &drs2, &dr2, &dw, &dbi, 1e-5f), "ln gpu");
+  float *f1 = fetch(&dout), *f2 = fetch(&do2), *q1 = fetch(&drs), *q2 = fetch(&drs2);
+  checks++;
+  if (memcmp(f1, f2, tensor_nbytes(&o)) || memcmp(q1, q2, tensor_nbytes(&rs)))
+    failures++, printf("FAIL residual layernorm: not the device's separate kernels bit for bit\n");
+  else
+    printf("ok   residual layernorm is the device's add + layernorm bit for bit\n");
+  free(f1), free(f2), free(q1), free(q2);
+  tensor_t g = hrand(2, sx, 49, 1.f), gx = hrand(2, sx, 50, 1.f), gw = hrand(1, sw, 51, 1.f), gb = hrand(1, sw, 52, 1.f);
+  tensor_t dg = todev(&g), dgx = todev(&gx), dgw = todev(&gw), dgb = todev(&gb);
+  must(tensor_residual_layernorm_backward(ctx, &gx, &gw, &gb, &g, &r, &w, &mu, &rs), "res ln bwd cpu");
+  must(tensor_residual_layernorm_backward(ctx, &dgx, &dgw, &dgb, &dg, &dr, &dw, &dmu, &drs), "res ln bwd gpu");
+  expect("residual layernorm dresid", &dgx, &gx, 1e-4, 1e-4, NULL, 0);
+  expect("residual layernorm dweight", &dgw, &gw, 1e-4, 1e-4, NULL, 0);
+  expect("residual layernorm dbias", &dgb, &gb, 1e-4, 1e-4, NULL, 0);
+  tensor_t all[] = {a, b, w, bi, r, o, mu, rs, da, db, dw, dbi, dr, dout, dmu, drs, dr2, do2, dmu2, drs2,
+                    g, gx, gw, gb, dg, dgx, dgw, dgb};
+  freeall(all, (int)(sizeof all / sizeof *all));
+}
+
+/* The fused classifier (h (R, C), W (V, C)) against its CPU path (the
+ * separate ops), chunk sizes that do and do not divide the rows, some
+ * targets ignored. Tolerances, per row r and from the logits' error dz_r:
+ * - f32: cuBLAS and OpenBLAS sum the C products in different orders:
+ *   |dz| <= e S_r with e = 1e-5 (as for the GEMMs above) and S_r =
+ *   max_v sum_c |h_rc w_vc|; bf16_matmul: h and W rounded with relative
+ *   error u = 2^-9 each, so |dz| <= (2u + u^2) S_r < 2^-7.9 S_r: e = 2^-7.
+ * - lse moves by at most max |dz| (it is 1-Lipschitz in the max norm) and
+ *   the loss lse - z_t by twice that; plus the row reduction's reordering,
+ *   1e-5 relative.
+ * - dlogits = dloss (p - onehot): exp(dz - dlse) moves p by a factor within
+ *   e^(+-2 e S_r), ~ 2 e S_r relative; bf16 also rounds dlogits, W and h
+ *   for the backward GEMMs (u each), and both sum in another order (1e-5).
+ *   So each product of dh_rc = sum_v dz_rv w_vc and dW_vc = sum_r dz_rv
+ *   h_rc is off by (2 e S + k) of its magnitude, k = 1e-5 (f32) or 3u
+ *   (bf16), and the check is per element against dloss sum |p +
+ *   onehot| |w| (resp. |h|) times (2 e S_max + k). */
+static void test_classifier(int bf16, int chunk) {
+  enum { R = 300, C = 96, V = 1000 };
+  tensor_ctx_t *cx = bf16 ? ctx16 : ctx;
+  int64_t sh[2] = {R, C}, sw[2] = {V, C}, sr[1] = {R}, sz[2] = {R, V};
+  tensor_t h = hrand(2, sh, 61, 1.f), w = hrand(2, sw, 62, 0.1f), l = hrand(1, sr, 63, 1.f), ls = hrand(1, sr, 64, 1.f);
+  tensor_t dh = hrand(2, sh, 65, 0.01f), dw = hrand(2, sw, 66, 0.01f), z = hrand(2, sz, 67, 1.f), tg;
+  tensor_alloc(ctx, &tg, TENSOR_I32, TENSOR_CPU, 1, sr);
+  for (int r = 0; r < R; r++) ((int32_t *)tg.data)[r] = r % 11 == 5 ? -1 : (r * 37 + 11) % V;
+  tensor_t gh = todev(&h), gw = todev(&w), gl = todev(&l), gls = todev(&ls), gdh = todev(&dh), gdw = todev(&dw),
+           gtg = todev(&tg);
+  float dloss = 1.f / 270;
+  must(tensor_classifier_xent(ctx, &l, &ls, &dh, &dw, &h, &w, &tg, dloss, chunk), "classifier cpu");
+  must(tensor_classifier_xent(cx, &gl, &gls, &gdh, &gdw, &gh, &gw, &gtg, dloss, chunk), "classifier gpu");
+  must(tensor_linear_forward(ctx, &z, &h, &w, NULL), "logits cpu"); /* for the tolerances */
+  const float *H = h.data, *W = w.data, *Z = z.data, *LS = ls.data;
+  const int32_t *T = tg.data;
+  double *S = calloc(R, sizeof(double)), smax = 0, e = bf16 ? 1.0 / 128 : 1e-5, k = bf16 ? 3.0 / 512 : 1e-5;
+  for (int r = 0; r < R; r++) {
+    for (int v = 0; v < V; v++) {
+      double a = 0;
+      for (int c = 0; c < C; c++) a += fabs((double)H[r * C + c] * W[v * C + c]);
+      S[r] = a > S[r] ? a : S[r];
+    }
+    smax = S[r] > smax ? S[r] : smax;
+  }
+  double *tl = calloc(R, sizeof(double)), *tl2 = calloc(R, sizeof(double));
+  for (int r = 0; r < R; r++) tl[r] = e * S[r], tl2[r] = 2 * e * S[r];
+  double *sdh = calloc((size_t)R * C, sizeof(double)), *sdw = calloc((size_t)V * C, sizeof(double));
+  for (int r = 0; r < R; r++) {
+    if (T[r] < 0) continue;
+    for (int v = 0; v < V; v++) {
+      double p = exp((double)Z[r * V + v] - LS[r]) + (v == T[r]);
+      for (int c = 0; c < C; c++) {
+        sdh[r * C + c] += dloss * p * fabs(W[v * C + c]);
+        sdw[v * C + c] += dloss * p * fabs(H[r * C + c]);
+      }
+    }
+  }
+  char what[96];
+  const char *mode = bf16 ? "bf16" : "f32";
+  snprintf(what, sizeof what, "classifier lse (%s, chunk %d)", mode, chunk);
+  expect(what, &gls, &ls, 0, 1e-5, tl, 1.0);
+  snprintf(what, sizeof what, "classifier losses (%s, chunk %d)", mode, chunk);
+  expect(what, &gl, &l, 0, 1e-5, tl2, 1.0);
+  snprintf(what, sizeof what, "classifier dh (%s, chunk %d)", mode, chunk);
+  expect(what, &gdh, &dh, 1e-7, 0, sdh, 2 * e * smax + k);
+  snprintf(what, sizeof what, "classifier dweight (%s, chunk %d)", mode, chunk);
+  expect(what, &gdw, &dw, 1e-7, 0, sdw, 2 * e * smax + k);
+  /* forward only: the same lse; a target >= V is an error */
+  must(tensor_classifier_xent(cx, &gl, &gls, NULL, NULL, &gh, &gw, &gtg, 0.f, chunk), "classifier gpu forward");
+  snprintf(what, sizeof what, "classifier forward-only lse (%s, chunk %d)", mode, chunk);
+  expect(what, &gls, &ls, 0, 1e-5, tl, 1.0);
+  ((int32_t *)tg.data)[7] = V;
+  tensor_copy(ctx, &gtg, &tg);
+  checks++;
+  if (tensor_classifier_xent(cx, &gl, &gls, NULL, NULL, &gh, &gw, &gtg, 0.f, chunk) != STRATA_EINVAL)
+    failures++, printf("FAIL classifier: a target >= V not reported\n");
+  else
+    printf("ok   classifier target >= V: %s\n", tensor_last_error(cx));
+  free(S), free(tl), free(tl2), free(sdh), free(sdw);
+  tensor_t all[] = {h, w, l, ls, dh, dw, z, tg, gh, gw, gl, gls, gdh, gdw, gtg};
+  freeall(all, (int)(sizeof all / sizeof *all));
+}
+
+/* The GPT model on the device (the fused classifier head, with
+ * libtensor's default chunk or head_chunk rows, and the fused residual
+ * layernorm) against the CPU model (the separate ops). */
+static void test_model(int bf16, int recompute, int head_chunk) {
   par_gpt_config_t c = {.layers = 2, .hidden = 128, .heads = 4, .seq = 64, .vocab = 512, .recompute = recompute};
   par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
   par_gpt_t *cpu = NULL, *gpu = NULL;
   o.device = DEV;
   o.bf16_matmul = bf16;
+  o.head_chunk = head_chunk;
   if (par_gpt_create(&cpu, &c, 5) || par_gpt_create_ex(&gpu, &c, &o, 5)) {
     printf("FAIL model create: %s\n", par_gpt_create_error());
     failures++;
@@ -621,7 +742,10 @@ static void test_model(int bf16, int recompute) {
   }
   double tol_loss = bf16 ? 1e-2 : 1e-4, tol_grad = bf16 ? 5e-2 : 1e-3;
   checks += 2;
-  const char *mode = bf16 ? "bf16 GEMMs" : recompute ? "f32, recompute" : "f32";
+  const char *mode = head_chunk ? (bf16 ? "bf16 GEMMs, head chunks of 48" : "f32, head chunks of 48")
+                     : bf16    ? "bf16 GEMMs"
+                     : recompute ? "f32, recompute"
+                                 : "f32";
   printf("%s model loss (%s) cpu %.6f gpu %.6f\n", fabs(lc - lg) <= tol_loss ? "ok  " : "FAIL", mode, lc, lg);
   failures += !(fabs(lc - lg) <= tol_loss);
   tensor_t dg = tensor_view1(par_gpt_grads(gpu, NULL), TENSOR_F32, DEV, (int64_t)n);
@@ -741,9 +865,16 @@ int main(void) {
   test_attention_cudnn(2, 128, 4, 64);
   test_attention_cudnn(2, 100, 4, 64);
   test_attention_cudnn(1, 256, 2, 128);
-  test_model(0, 0);
-  test_model(0, 1);
-  test_model(1, 0);
+  test_residual_layernorm();
+  test_classifier(0, 64); /* 300 rows: 4 chunks of 64 and one of 44 */
+  test_classifier(0, 0);
+  test_classifier(1, 64);
+  test_classifier(1, 0);
+  test_model(0, 0, 0);
+  test_model(0, 1, 0);
+  test_model(1, 0, 0);
+  test_model(0, 0, 48); /* 256 rows: 5 chunks of 48 and one of 16 */
+  test_model(1, 0, 48);
   tensor_ctx_destroy(ctx16);
   tensor_ctx_destroy(ctx);
   printf("gpu_equiv: %d checks, %d failed\n", checks, failures);

@@ -163,10 +163,21 @@ typedef struct {
    * over the group (each rank's loss is the mean over its tokens). Not with
    * tp or pipeline stages in this version; collective over the group. */
   struct comm *ring;
+  /* The head's loss and gradient through libtensor's fused classifier
+   * (tensor_classifier_xent: the logits computed chunk by chunk and never
+   * stored whole): 0 (default) on a CUDA device, with its default chunk, the
+   * CPU keeping the separate ops (its results are unchanged bit for bit);
+   * N > 0 fused with chunks of N rows, on the CPU too; -1 never. A fused
+   * forward with targets computes the loss and the rows' log-sum-exp only
+   * and keeps no logits (par_gpt_logits is then NULL); backward computes
+   * each chunk's logits again (one more head GEMM) for their gradient.
+   * Forwards without targets (sampling, decoding) compute the whole logits
+   * as before. Vocabulary-parallel heads (tp) and 2D/2.5D/3D keep theirs. */
+  int head_chunk;
 } par_gpt_options_t;
 #define PAR_GPT_OPTIONS_DEFAULTS                                                                   \
   {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0, .stages = 1,     \
-   .stage = 0, .interleave = 1, .partition_activations = 0, .ring = NULL}
+   .stage = 0, .interleave = 1, .partition_activations = 0, .ring = NULL, .head_chunk = 0}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */
@@ -215,7 +226,10 @@ STRATA_API int par_gpt_zero_grad(par_gpt_t *model);
  * number of parameters. */
 STRATA_API float *par_gpt_params(par_gpt_t *model, size_t *count);
 STRATA_API float *par_gpt_grads(par_gpt_t *model, size_t *count);
-/* Logits (B, T, V) of the last forward, on the model's device; owned by the model. */
+/* Logits (B, T, V) of the last forward, on the model's device; owned by the
+ * model. NULL after a forward with targets through the fused head
+ * (par_gpt_options_t.head_chunk: by default on CUDA devices), which keeps
+ * none: forward without targets for them. */
 STRATA_API const float *par_gpt_logits(const par_gpt_t *model);
 /* The configuration the model was built with. */
 STRATA_API const par_gpt_config_t *par_gpt_config(const par_gpt_t *model);

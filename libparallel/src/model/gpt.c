@@ -370,6 +370,9 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
     goto fail;
   }
   if (m->tp && m->opts.tp_mode != 0 && (rc = gpt_md_create(m))) goto fail;
+  m->fused_head = m->opts.head_chunk >= 0 && m->tp_size < 2 && !m->md &&
+                  (m->opts.head_chunk > 0 || m->device != TENSOR_CPU);
+  m->head_chunk = m->opts.head_chunk > 0 ? m->opts.head_chunk : 0;
   int L = cfg->layers;
   int64_t C = cfg->hidden, V = cfg->vocab, Tm = cfg->seq;
   int nv = 4 + 12 * L;
@@ -502,6 +505,7 @@ void par_gpt_destroy(par_gpt_t *m) {
     if (m->slots) free_slots(m);
     tensor_free(m->tc, &m->params);
     tensor_free(m->tc, &m->grads);
+    tensor_free(m->tc, &m->logits_store);
     gpt_md_destroy(m);
     tensor_ctx_destroy(m->tc);
   }
@@ -519,6 +523,7 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int t = m->tp_size, L = m->cfg.layers, NH = m->cfg.heads / t;
   int64_t C = m->cfg.hidden, V = m->cfg.vocab, R = (int64_t)B * T;
   int nheld = 0, nx = 0, head = m->has_head;
+  int full = head && !m->fused_head; /* the whole logits and their gradient kept (not fused) */
   int part = m->part, nxp = 0; /* partitioned: the held blocks' inputs are B T / t rows */
   for (int l = 0; l <= L; l++) { /* the residual streams held: each held block's input and output */
     int input = l < L && m->held[l];
@@ -538,8 +543,8 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
                       (long long)R, sp ? "sequence-parallel" : "tensor-parallel (partitioned checkpoints)", t);
   int64_t Rl = sp ? R / t : R;
   if (sp) per_set = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + 4 * Rl + R * NH;
-  int64_t acts_n = nx * Rl * C + nxp * (R / t) * C + nsets * per_set + (head ? R * C + 2 * Rl + 2 * R + R * Vl : 0);
-  int64_t grads_n = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (head ? R * Vl : 0) + (sp ? 2 * R * C + 4 * C : 0) +
+  int64_t acts_n = nx * Rl * C + nxp * (R / t) * C + nsets * per_set + (head ? R * C + 2 * Rl + 2 * R : 0) + (full ? R * Vl : 0);
+  int64_t grads_n = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (full ? R * Vl : 0) + (sp ? 2 * R * C + 4 * C : 0) +
                     (m->cfg.recompute && nheld ? per_set : 0) + (part ? 2 * R * C : 0);
   if (R > m->cap_bt) {
     free_acts(m);
@@ -587,7 +592,10 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
       L2((a)->ln2_mean), L2((a)->ln2_rstd), T3((a)->fch, C4), T3((a)->fch_gelu, C4)
   for (int l = 0; l < L && nsets; l++) /* by block */
     if (m->held[l]) SET(&m->acts[l]);
-  if (head) T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd), T3(m->logits, Vl), T2(m->losses), T2(m->lse);
+  if (head) T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd);
+  if (full) T3(m->logits, Vl);
+  else m->logits = tensor_view3(NULL, TENSOR_F32, dev, B, T, Vl); /* fused: none until a forward without targets */
+  if (head) T2(m->losses), T2(m->lse);
   p = m->g_store.data; /* scratch that no microbatch keeps: one set, whatever the slots */
   L3(m->tmp, C);
   L3(m->dres, C), L3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4);
@@ -595,7 +603,7 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     T3(m->gath, C), T3(m->dfull, C);
     m->spg = tensor_view1(p, TENSOR_F32, dev, 4 * C), p += 4 * C;
   }
-  if (head) T3(m->dlogits, Vl);
+  if (full) T3(m->dlogits, Vl);
   if (m->cfg.recompute && nheld) SET(&m->acts[0]);
 #undef SET
   if (part) T3(m->xa, C), T3(m->xb, C);

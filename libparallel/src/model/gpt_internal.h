@@ -96,6 +96,9 @@ struct par_gpt {
   int scratch_layer;    /* with recompute: the block whose activations the scratch set holds (-1: none) */
   int scratch_slot;     /* and of which slot (the set is shared by the slots) */
   tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
+  int fused_head;           /* the head through tensor_classifier_xent (opts.head_chunk) */
+  int64_t head_chunk;       /* its rows per chunk (0: libtensor's default) */
+  tensor_t logits_store;    /* fused head: the whole logits of forwards without targets (any slot) */
   tensor_t ids_store;       /* 2 * cap_bt i32 on the device: tokens, then targets */
   tensor_t tokens, targets; /* (B,T) views into ids_store */
   tensor_t tmp;             /* (B,T,h); sequence parallel: this rank's (1,R/t,h) */

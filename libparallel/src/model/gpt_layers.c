@@ -177,9 +177,8 @@ static int sp_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *
   T_(tensor_linear_forward(tc, &m->dfull, &a->atty, &k->proj.w, NULL));
   if ((rc = sp_scatter(m, &m->tmp, &m->dfull))) goto fail;
   T_(tensor_bias_add_forward(tc, &m->tmp, &m->tmp, &k->proj.b));
-  T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
-  T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
-                              GPT_LN_EPS));
+  T_(tensor_residual_layernorm_forward(tc, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, x, &m->tmp, &k->ln2.w,
+                                       &k->ln2.b, GPT_LN_EPS));
   if ((rc = sp_gather(m, &m->gath, &a->ln2))) goto fail;
   T_(tensor_linear_act_forward(tc, &a->fch_gelu, &a->fch, &m->gath, &k->fc.w, &k->fc.b, TENSOR_ACT_GELU));
   T_(tensor_linear_forward(tc, &m->dfull, &a->fch_gelu, &k->fcproj.w, NULL));
@@ -240,9 +239,13 @@ int gpt_block_forward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x, ten
     T_(tensor_attention_forward(tc, &a->atty, &a->lse, &a->qkv, m->cfg.heads / m->tp_size));
   }
   if ((rc = row_parallel_forward(m, &m->tmp, &a->atty, &k->proj))) goto fail;
-  T_(tensor_add_forward(tc, &a->res2, x, &m->tmp));
-  T_(tensor_layernorm_forward(tc, &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->res2, &k->ln2.w, &k->ln2.b,
-                              GPT_LN_EPS));
+  /* The attention's residual and ln_2 in one pass. The block's output
+   * (res2 + the MLP's) stays a separate add: the layernorm that reads it is
+   * the next region's (ln_1 of the next block, or ln_f), whose parameters
+   * are resident only once the hook has heard NEED for that region (ZeRO-3
+   * gathers, offload fetches them there). */
+  T_(tensor_residual_layernorm_forward(tc, &a->res2, &a->ln2, &a->ln2_mean, &a->ln2_rstd, x, &m->tmp, &k->ln2.w,
+                                       &k->ln2.b, GPT_LN_EPS));
   T_(tensor_linear_act_forward(tc, &a->fch_gelu, &a->fch, &a->ln2, &k->fc.w, &k->fc.b, TENSOR_ACT_GELU));
   if ((rc = row_parallel_forward(m, &m->tmp, &a->fch_gelu, &k->fcproj))) goto fail;
   T_(tensor_add_forward(tc, y, &a->res2, &m->tmp));
@@ -267,8 +270,8 @@ int gpt_block_backward(par_gpt_t *m, int l, gpt_acts_t *a, const tensor_t *x) {
   T_(tensor_zero(tc, &m->dln));
   T_(tensor_linear_backward(tc, &m->dln, &k->fc.dw, &k->fc.db, &m->dfch, &a->ln2, &k->fc.w));
   if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail; /* Megatron's f: the column-parallel input's gradient */
-  T_(tensor_layernorm_backward(tc, &m->dres, &k->ln2.dw, &k->ln2.db, &m->dln, &a->res2, &k->ln2.w,
-                               &a->ln2_mean, &a->ln2_rstd));
+  T_(tensor_residual_layernorm_backward(tc, &m->dres, &k->ln2.dw, &k->ln2.db, &m->dln, &a->res2, &k->ln2.w,
+                                        &a->ln2_mean, &a->ln2_rstd));
   T_(tensor_zero(tc, &m->datty));
   T_(tensor_linear_backward(tc, &m->datty, &k->proj.dw, &k->proj.db, &m->dres, &a->atty, &k->proj.w));
   T_(tensor_zero(tc, &m->dqkv));
@@ -298,9 +301,30 @@ int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss
     T_(tensor_layernorm_forward(tc, &m->lnf_out, &m->lnf_mean, &m->lnf_rstd, x, &m->lnf.w, &m->lnf.b,
                                 GPT_LN_EPS));
   }
+  int64_t R = (int64_t)m->B * m->T;
+  /* Fused (opts.head_chunk): the loss and lse chunk by chunk, no logits
+   * kept; backward computes each chunk's logits again rather than keep
+   * them (one more head GEMM, 2 V h FLOPs a token) or keep the gradients
+   * it would have to accumulate into dwte before backward is asked for. */
+  if (m->fused_head && with_loss) {
+    m->logits.data = NULL;
+    T_(tensor_classifier_xent(tc, &m->losses, &m->lse, NULL, NULL, &m->lnf_out, &m->wte, &m->targets, 0.f,
+                              m->head_chunk));
+    tensor_t hl = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, R);
+    tensor_t dl = tensor_view1(m->losses.data, TENSOR_F32, m->device, R);
+    T_(tensor_copy(tc, &hl, &dl));
+    goto mean;
+  }
+  if (m->fused_head) { /* the whole logits, asked for: in their own store */
+    int64_t need = R * m->cfg.vocab;
+    if (!m->logits_store.data || tensor_numel(&m->logits_store) < need) {
+      tensor_free(tc, &m->logits_store);
+      T_(tensor_alloc(tc, &m->logits_store, TENSOR_F32, m->device, 1, &need));
+    }
+    m->logits.data = m->logits_store.data;
+  }
   T_(tensor_linear_forward(tc, &m->logits, &m->lnf_out, &m->wte, NULL));
   if (!with_loss) goto fail;
-  int64_t R = (int64_t)m->B * m->T;
   if (m->tp_size > 1) {
     if ((rc = parallel_xent(m))) goto fail;
   } else {
@@ -309,6 +333,7 @@ int gpt_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *loss
     tensor_t dl = tensor_view1(m->losses.data, TENSOR_F32, m->device, R);
     T_(tensor_copy(tc, &hl, &dl));
   }
+mean:;
   double sum = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < R; i++)
@@ -324,8 +349,17 @@ int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
   if (m->md) return gpt_md_head_backward(m, x);
   int64_t R = (int64_t)m->B * m->T, count = 0;
   for (int64_t i = 0; i < R; i++) count += m->host_ids[i] >= 0;
-  T_(tensor_zero(tc, &m->dlogits));
   float dloss = count ? m->loss_scale / (float)count : 0.f;
+  if (m->fused_head) { /* each chunk's logits again, their gradient in place, dh and dwte */
+    T_(tensor_zero(tc, &m->dln));
+    T_(tensor_classifier_xent(tc, NULL, &m->lse, &m->dln, &m->dwte, &m->lnf_out, &m->wte, &m->targets, dloss,
+                              m->head_chunk));
+    T_(tensor_zero(tc, &m->dres));
+    T_(tensor_layernorm_backward(tc, &m->dres, &m->lnf.dw, &m->lnf.db, &m->dln, x, &m->lnf.w, &m->lnf_mean,
+                                 &m->lnf_rstd));
+    goto fail;
+  }
+  T_(tensor_zero(tc, &m->dlogits));
   if (m->tp_size > 1) T_(tensor_xent_slice_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, dloss, vocab_lo(m)));
   else T_(tensor_xent_backward(tc, &m->dlogits, &m->logits, &m->lse, &m->targets, dloss));
   if (m->sp) {

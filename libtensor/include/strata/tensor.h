@@ -289,6 +289,26 @@ STRATA_API int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tenso
                                          const tensor_t *weight, const tensor_t *mean,
                                          const tensor_t *rstd);
 
+/* Residual add fused with the layernorm that reads it (the pre-LN
+ * transformer's "x + f(x), then LN"): resid = a + b, out = LayerNorm(resid)
+ * as tensor_layernorm_forward, mean and rstd (rows) saved. resid may alias a
+ * or b. The CPU runs tensor_add_forward then tensor_layernorm_forward (the
+ * results are theirs bit for bit); CUDA one kernel that keeps the sum in
+ * flight (one pass less over the (rows, C) stream). */
+STRATA_API int tensor_residual_layernorm_forward(tensor_ctx_t *ctx, tensor_t *resid, tensor_t *out,
+                                                 tensor_t *mean, tensor_t *rstd, const tensor_t *a,
+                                                 const tensor_t *b, const tensor_t *weight,
+                                                 const tensor_t *bias, float eps);
+/* Its backward: the add is the identity on both inputs, so the gradient of
+ * a and of b is one tensor, dresid (the residual stream's gradient), into
+ * which the layernorm's input gradient ACCUMULATES (as
+ * tensor_layernorm_backward over resid); dweight, dbias accumulate too
+ * (each may be NULL). */
+STRATA_API int tensor_residual_layernorm_backward(tensor_ctx_t *ctx, tensor_t *dresid, tensor_t *dweight,
+                                                  tensor_t *dbias, const tensor_t *dout, const tensor_t *resid,
+                                                  const tensor_t *weight, const tensor_t *mean,
+                                                  const tensor_t *rstd);
+
 /* GELU, tanh form (Hendrycks & Gimpel 2016, section 2):
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias in. */
 STRATA_API int tensor_gelu_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in);
@@ -373,6 +393,34 @@ STRATA_API int tensor_xent_slice_forward(tensor_ctx_t *ctx, tensor_t *lse, tenso
 STRATA_API int tensor_xent_slice_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits,
                                           const tensor_t *lse, const tensor_t *targets, float dloss,
                                           int64_t vocab_lo);
+
+/* Fused classifier and softmax cross-entropy, a language model's head
+ * (logits = h weight^T, weight (V, C) the tied embedding), over chunks of
+ * rows so that only one chunk's logits exist at a time, as llm.c's fused
+ * classifier keeps its logits in place: for each chunk of chunk_rows rows
+ * of h (.., C), the chunk's logits (chunk, V) are computed into a
+ * chunk-sized buffer, their log-sum-exp into lse and loss (lse - target
+ * logit) into losses; when dh or dweight is given, dlogits = dloss
+ * (softmax - onehot(target)) replaces the chunk's logits and the two
+ * backward products follow: dh (like h) += dlogits weight and dweight
+ * (like weight) += dlogits^T h_chunk (both ACCUMULATE; either may be NULL,
+ * both NULL: forward only). targets i32, one per row of h (< 0: ignored:
+ * loss 0, no gradient); losses (may be NULL) and lse f32, one per row.
+ * chunk_rows <= 0 chooses rows whose f32 logits fit in
+ * TENSOR_CLASSIFIER_CHUNK_BYTES. The chunk's buffers are allocated per call
+ * (counted by the accountant: the peak shows one chunk, not rows x V).
+ * The CPU composes the separate ops chunk by chunk (tensor_linear_forward,
+ * tensor_xent_forward, tensor_xent_backward into a zeroed buffer,
+ * tensor_linear_backward), which define the results: with one chunk they
+ * are those ops' over the whole h bit for bit; with several only dweight's
+ * sum over the rows is reassociated (by chunk). CUDA: cuBLAS GEMMs, one
+ * kernel per chunk for lse, loss and dlogits; on bf16_matmul contexts h and
+ * weight are rounded to bf16 once per call and dlogits is written in bf16
+ * (the GEMM's input precision), so each chunk costs no casts. f32 operands. */
+#define TENSOR_CLASSIFIER_CHUNK_BYTES ((int64_t)256 << 20)
+STRATA_API int tensor_classifier_xent(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, tensor_t *dh,
+                                      tensor_t *dweight, const tensor_t *h, const tensor_t *weight,
+                                      const tensor_t *targets, float dloss, int64_t chunk_rows);
 
 /* Inverted dropout (Srivastava et al. 2014) with the mask drawn from Philox
  * keyed by (seed, name) at element index offset + i: out = in * keep / (1-p).

@@ -217,3 +217,124 @@ extern "C" int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float 
   FLAG_CHECK("tensor_xent_backward: a target is >= V = %d", V);
   return STRATA_OK;
 }
+
+/* ---- the fused classifier's rows (classifier.c): one block per row ---- */
+
+/* Merges two partial (max, sum of exp(z - max)) pairs of the online
+ * softmax (Milakov & Gimelshein, arXiv 1805.02867, alg. 3). */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2) {
+  if (m2 == -INFINITY) return;
+  if (m == -INFINITY) {
+    m = m2, s = s2;
+    return;
+  }
+  float mx = fmaxf(m, m2);
+  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  m = mx;
+}
+
+__device__ __forceinline__ void store_dz(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_dz(__nv_bfloat16 *p, float v) { *p = __float2bfloat16(v); }
+
+/* One pass over the row for its log-sum-exp (online), a second writing
+ * dz = dloss (exp(z - lse) - [i == target]); each thread writes only the
+ * elements it read, after the block's reductions, so dz may be z. */
+template <typename DT>
+__global__ void k_classifier(float *losses, float *lse, int *flag, DT *dz, const float *logits,
+                             const int32_t *targets, int V, float dloss) {
+  __shared__ float shm[32], shs[32];
+  int64_t r = blockIdx.x;
+  const float *z = logits + r * V;
+  float m = -INFINITY, s = 0.f;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float x = z[i];
+    if (x > m) {
+      s = s * expf(m - x) + 1.f;
+      m = x;
+    } else if (x != -INFINITY) {
+      s += expf(x - m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    lse_merge(m, s, m2, s2);
+  }
+  int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (lane == 0) shm[w] = m, shs[w] = s;
+  __syncthreads();
+  m = lane < nw ? shm[lane] : -INFINITY;
+  s = lane < nw ? shs[lane] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    lse_merge(m, s, m2, s2);
+  }
+  float l = m + logf(s);
+  int t = targets[r];
+  float zt = t >= 0 && t < V ? z[t] : 0.f; /* read before any thread overwrites it */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    lse[r] = l;
+    if (losses) losses[r] = t >= 0 && t < V ? l - zt : 0.f;
+    if (t >= V) *flag = 1;
+  }
+  if (!dz) return;
+  DT *d = dz + r * V;
+  int live = t >= 0 && t < V;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    float g = live ? dloss * expf(z[i] - l) - (i == t ? dloss : 0.f) : 0.f;
+    store_dz(d + i, g);
+  }
+}
+
+extern "C" int tcu_classifier_rows(tensor_ctx_t *ctx, float *losses, float *lse, void *dz, int dz_dt,
+                                   const float *z, const int32_t *targets, int64_t n, int V, float dloss) {
+  STATE();
+  if (dz && dz_dt == TENSOR_BF16)
+    k_classifier<__nv_bfloat16><<<(unsigned)n, 512>>>(losses, lse, s->flag, (__nv_bfloat16 *)dz, z, targets, V, dloss);
+  else
+    k_classifier<float><<<(unsigned)n, 512>>>(losses, lse, s->flag, (float *)dz, z, targets, V, dloss);
+  LAUNCHED();
+  return STRATA_OK;
+}
+
+extern "C" int tcu_classifier_check(tensor_ctx_t *ctx, int V) {
+  STATE();
+  FLAG_CHECK("tensor_classifier_xent: a target is >= V = %d", V);
+  return STRATA_OK;
+}
+
+/* ---- residual add + layernorm: one warp per row, the sums in k_ln_fwd's
+ * order, so the results are the separate kernels' bit for bit ---- */
+
+__global__ void k_ln_res_fwd(float *resid, float *out, float *mean, float *rstd, const float *a,
+                             const float *b, const float *w, const float *bias, int64_t rows, int C,
+                             float eps) {
+  int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  const float *ar = a + r * C, *br = b + r * C;
+  float *x = resid + r * C;
+  float sum = 0.f;
+  for (int i = lane; i < C; i += 32) {
+    float v = ar[i] + br[i];
+    x[i] = v; /* (read back by this lane only: resid may alias a or b) */
+    sum += v;
+  }
+  float m = warp_sum(sum) / C, v = 0.f;
+  for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
+  float q = rsqrtf(warp_sum(v) / C + eps);
+  for (int i = lane; i < C; i += 32) out[r * C + i] = (x[i] - m) * q * w[i] + (bias ? bias[i] : 0.f);
+  if (lane == 0) {
+    mean[r] = m;
+    rstd[r] = q;
+  }
+}
+
+extern "C" int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, float *resid, float *out, float *mean,
+                                              float *rstd, const float *a, const float *b, const float *w,
+                                              const float *bias, int64_t rows, int C, float eps) {
+  STATE();
+  k_ln_res_fwd<<<(unsigned)((rows + 7) / 8), 256>>>(resid, out, mean, rstd, a, b, w, bias, rows, C, eps);
+  LAUNCHED();
+  return STRATA_OK;
+}
