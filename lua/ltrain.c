@@ -381,6 +381,7 @@ static int l_train(lua_State *L) {
   eo.loss_scale = cfg_num(L, "train", "loss_scale");
   eo.loss_scale_window = (int)cfg_int(L, "train", "loss_scale_window");
   r->resume = to.resume;
+  eo.no_init = to.resume != NULL; /* the checkpoint gives every parameter */
   r->ckpt = to.ckpt_path;
   lua_getfield(L, 1, "_resume_changes"); /* nil: the checkpoint records no settings */
   r->changes = lua_tostring(L, -1);

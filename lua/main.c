@@ -209,7 +209,7 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
   }
   if (np > 0 && env_size() == 0) {
     /* Start the ranks: mpirun -np N ... this executable run RECIPE ... */
-    char **av = calloc((size_t)argc + 16, sizeof *av);
+    char **av = calloc((size_t)argc + 32, sizeof *av);
     char nps[16], exe[4096];
     int a = 0;
     ssize_t sl = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -231,6 +231,13 @@ static int cmd_run(const char *self, int argc, char **argv, int plan) {
     av[a++] = "none";
     av[a++] = "--stdin"; /* mpirun runs in the background: the terminal is not its */
     av[a++] = "none";
+    /* After a rank's failure mpirun ends the others with SIGTERM, then waits
+     * this many seconds (default 1) before SIGKILL whether or not they have
+     * ended. strata's ranks end at once on it (runctl.c, on_stop), so the
+     * wait is only time an elastic relaunch loses. */
+    av[a++] = "--mca";
+    av[a++] = "odls_base_sigkill_timeout";
+    av[a++] = "0";
     /* Over a hostfile's machines, or simulated ones (all ranks here, each
      * told its machine: hosts.c). A relaunch after a failure runs on the
      * machines left: a hostfile without the failed rank's slot. */

@@ -94,6 +94,10 @@ typedef struct {
    * model file or a Hugging Face safetensors, holding this model); NULL:
    * initialised from seed. The optimizer starts fresh either way. */
   const char *init;
+  /* 1: the parameters are not initialised at all (left zero): the caller
+   * loads a checkpoint before the first step (par_engine_load), as a resume
+   * does, and saves the initialisation's time (an elastic relaunch's). */
+  int no_init;
   int seq; /* tokens per sample, <= the model's positions; 0: the model's seq */
   /* ZeRO-0: gradients are allreduced in buckets of at least this many MiB,
    * posted as soon as backward has finished them (PyTorch DDP's default 25;
@@ -166,7 +170,7 @@ typedef struct {
 enum { PAR_DEVICE_CPU = -1, PAR_DEVICE_AUTO = -2, PAR_DEVICE_CUDA = -3 };
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
   {.seed = 1, .threads = 0, .steps = 1, .collective_timeout_s = 0.0, .comm = MPI_COMM_NULL,       \
-   .init = NULL, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
+   .init = NULL, .no_init = 0, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
    .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0,  \
    .offload_dir = NULL, .device_bytes = 0.0, .host_bytes = 0.0, .offload_chunks = 0, .chunk_bytes = 0.0, \
    .device = -1, .bf16_matmul = 0}

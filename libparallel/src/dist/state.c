@@ -668,7 +668,7 @@ static int read_init(par_engine_t *e) {
 
 static int init_params(par_engine_t *e) {
   int rc = e->opts.init ? read_init(e) : STRATA_OK;
-  for (int r = 0; r < e->nregions && !e->opts.init; r++) {
+  for (int r = 0; r < e->nregions && !e->opts.init && !e->opts.no_init; r++) {
     size_t a, b;
     if (!e->regions[r].n) continue;
     if ((rc = state_resident(e, r, 1))) return rc;
