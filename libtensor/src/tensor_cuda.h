@@ -92,6 +92,10 @@ int tcu_xent_backward(tensor_ctx_t *ctx, float *dlogits, const float *logits, co
                       const int32_t *targets, int64_t rows, int V, float dloss, int64_t lo, int slice);
 int tcu_xent_slice_forward(tensor_ctx_t *ctx, float *lse, float *zt, const float *logits, const int32_t *targets,
                            int64_t rows, int V, int64_t lo);
+/* xent_combine.cu: lse and losses of R rows from the t slices' lse (parts,
+ * (t, R)) and the summed target logits zt (losses may be zt). */
+int tcu_xent_slice_combine(tensor_ctx_t *ctx, float *lse, float *losses, const float *parts, const float *zt,
+                           const int32_t *targets, int64_t t, int64_t R);
 /* The fused classifier's row kernel (classifier.c) over n rows of f32
  * logits z (n, V): lse, losses (may be NULL) and, when dz is given, dz =
  * dloss (softmax - onehot) in dtype dz_dt (f32: dz may be z itself, row by

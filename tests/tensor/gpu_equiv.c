@@ -330,6 +330,16 @@ static void test_embedding_xent_dropout(void) {
   must(tensor_embedding_slice_backward(ctx, &e, &p, &o, &hid, 40), "emb slice bwd cpu");
   must(tensor_embedding_slice_backward(ctx, &de, &dp, &dout, &did, 40), "emb slice bwd gpu");
   expect("embedding slice dwte", &de, &e, 1e-5, 1e-5, NULL, 0);
+  /* the slices of a group of 4 combined (vocabulary-parallel cross-entropy):
+   * the same float maximum and double sum on both sides, exp and log of
+   * libm and of CUDA within an ulp of double: equal to 1e-6 */
+  int64_t sp4[2] = {4, 8};
+  tensor_t parts = hrand(2, sp4, 49, 8.f), dparts = todev(&parts), lz = hrand(1, sr, 50, 4.f), dlz = todev(&lz);
+  must(tensor_xent_slice_combine(ctx, &ls, &lz, &parts, &lz, &ht), "xent combine cpu");
+  must(tensor_xent_slice_combine(ctx, &dls, &dlz, &dparts, &dlz, &dt), "xent combine gpu");
+  expect("cross-entropy slices combined: lse", &dls, &ls, 1e-6, 1e-6, NULL, 0);
+  expect("cross-entropy slices combined: losses", &dlz, &lz, 1e-6, 1e-6, NULL, 0);
+  tensor_free(ctx, &parts), tensor_free(ctx, &dparts), tensor_free(ctx, &lz), tensor_free(ctx, &dlz);
   tensor_free(ctx, &zt), tensor_free(ctx, &dzt);
   /* dropout masks come from the same Philox: exactly equal */
   must(tensor_dropout_forward(ctx, &z, &z, 0.1f, 3, "drop", 77), "dropout cpu");

@@ -639,6 +639,24 @@ Test(ops, vocab_slices) {
     float loss = tv[r] >= 0 ? lse[r] - ((float *)zt[0].t.data)[r] - ((float *)zt[1].t.data)[r] : 0.f;
     cr_expect(fabsf(loss - ((float *)L.t.data)[r]) <= 1e-6f, "row %d: loss %g vs %g", r, loss, ((float *)L.t.data)[r]);
   }
+  { /* the same combination by tensor_xent_slice_combine: the slices' lse gathered as (2, 6), the target
+       logits summed, the losses in place of the sums */
+    float parts[12], sums[6], lse2[6];
+    for (int r = 0; r < 6; r++) {
+      parts[r] = ((float *)ls[0].t.data)[r], parts[6 + r] = ((float *)ls[1].t.data)[r];
+      sums[r] = ((float *)zt[0].t.data)[r] + ((float *)zt[1].t.data)[r];
+    }
+    tensor_t tp = tensor_view2(parts, TENSOR_F32, TENSOR_CPU, 2, 6), ts = tensor_view1(sums, TENSOR_F32, TENSOR_CPU, 6);
+    tensor_t tl2 = tensor_view1(lse2, TENSOR_F32, TENSOR_CPU, 6);
+    cr_assert_eq(tensor_xent_slice_combine(ctx, &tl2, &ts, &tp, &ts, &tg), 0, "%s", tensor_last_error(ctx));
+    for (int r = 0; r < 6; r++) {
+      cr_expect(fabsf(lse2[r] - lse[r]) <= 1e-6f, "combined row %d: lse %g vs %g", r, lse2[r], lse[r]);
+      cr_expect(fabsf(sums[r] - ((float *)L.t.data)[r]) <= 1e-6f, "combined row %d: loss %g vs %g", r, sums[r],
+                ((float *)L.t.data)[r]);
+    }
+    tensor_t short5 = tensor_view1(lse2, TENSOR_F32, TENSOR_CPU, 5);
+    cr_expect_eq(tensor_xent_slice_combine(ctx, &short5, &ts, &tp, &ts, &tg), STRATA_ESHAPE);
+  }
   tensor_t tl = tensor_view1(lse, TENSOR_F32, TENSOR_CPU, 6);
   for (int k = 0; k < 2; k++) {
     float zk[18], dk[18] = {0};

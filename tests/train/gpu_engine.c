@@ -16,7 +16,8 @@
  *
  * With a GPU (one rank; the bundle starts programs as Open MPI singletons,
  * so the multi-rank layouts, pipeline stages among them, run on a device
- * only under mpirun on a GPU machine with MPI, outside `make test-gpu`):
+ * only under mpirun on a GPU machine with MPI, outside `make test-gpu`;
+ * tensor parallelism, which needs a GPU per rank: gpu_tp_engine.c):
  *  - fp32, ZeRO 0-3, AdamW with clipping (and LAMB at stage 2), two
  *    microbatches a step at stages 2 and 3: STEPS steps give the CPU
  *    engine's losses and gradient norms within 2e-5 and 1e-4 relative, and

@@ -19,3 +19,8 @@ $(eval $(call strata_program,elastic_migrate,tests/train/elastic_migrate.c,paral
 # needs no GPU: device requests refused by name, auto falling back to the CPU.
 $(eval $(call strata_program,gpu_engine,tests/train/gpu_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_engine
+# Megatron 1D tensor parallelism (tp = 2) on CUDA devices against the CPU:
+# needs mpirun and a GPU per rank (its header says how to run it); in the
+# bundle (one rank) it exits 77; --cpu-checks in mpi.list.
+$(eval $(call strata_program,gpu_tp_engine,tests/train/gpu_tp_engine.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_tp_engine

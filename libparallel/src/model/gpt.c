@@ -246,13 +246,25 @@ int par_gpt_init_values(par_gpt_t *m, uint64_t seed, size_t offset, size_t count
     size_t a = v->offset > offset ? v->offset : offset, b = v->offset + v->numel < end ? v->offset + v->numel : end;
     if (a >= b) continue;
     if (v->split != PAR_GPT_SPLIT_NONE) { /* a slice of the global tensor: whole, then the part asked */
-      int whole = a == v->offset && b == v->offset + v->numel;
-      float *tmp = whole ? out + (a - offset) : malloc(v->numel * sizeof *tmp);
-      if (!tmp) return gpt_seterr(m, STRATA_ENOMEM, "initialising %s", v->name);
-      int rc = fill_split_view(m, i, seed, tmp);
-      if (!whole) {
-        if (!rc) memcpy(out + (a - offset), tmp + (a - v->offset), (b - a) * sizeof *tmp);
+      int whole = a == v->offset && b == v->offset + v->numel, rc = STRATA_OK;
+      if (whole) rc = fill_split_view(m, i, seed, out + (a - offset));
+      else if (m->device == TENSOR_CPU) {
+        float *tmp = malloc(v->numel * sizeof *tmp);
+        if (!tmp) return gpt_seterr(m, STRATA_ENOMEM, "initialising %s", v->name);
+        if (!(rc = fill_split_view(m, i, seed, tmp)))
+          memcpy(out + (a - offset), tmp + (a - v->offset), (b - a) * sizeof *tmp);
         free(tmp);
+      } else { /* a ZeRO-3 shard of a tensor slice on the device: the whole slice in device scratch */
+        tensor_t tmp = {0};
+        int64_t n = (int64_t)v->numel;
+        if (!(rc = tensor_alloc(m->tc, &tmp, TENSOR_F32, m->device, 1, &n)) &&
+            !(rc = fill_split_view(m, i, seed, tmp.data))) {
+          int64_t k = (int64_t)(b - a);
+          tensor_t src = tensor_view1((float *)tmp.data + (a - v->offset), TENSOR_F32, m->device, k);
+          tensor_t dst = tensor_view1(out + (a - offset), TENSOR_F32, m->device, k);
+          rc = tensor_copy(m->tc, &dst, &src);
+        }
+        tensor_free(m->tc, &tmp);
       }
       if (rc) return gpt_tensor_err(m, rc);
       continue;

@@ -121,28 +121,35 @@ fail:
 
 /* Vocabulary-parallel cross-entropy: each rank's log-sum-exp and target
  * logit over its slice of the logits, gathered (R floats per rank) and
- * combined on every rank into the rows' log-sum-exp, kept in m->lse for
- * backward; the full logits never meet on one rank. host_losses gets the
- * losses. */
+ * summed, combined on every rank into the rows' log-sum-exp, kept in
+ * m->lse for backward, and the losses; the full logits never meet on one
+ * rank. The gathered slices go to the logits' gradient scratch (unused
+ * until backward), so that on a device they stay there (NCCL) and only
+ * the R losses come to the host; where that scratch is too small (a
+ * vocabulary slice narrower than the group) the host's buffers. host_losses
+ * gets the losses. */
 static int parallel_xent(par_gpt_t *m) {
   int rc = STRATA_OK, t = m->tp_size;
   tensor_ctx_t *tc = m->tc;
   int64_t R = (int64_t)m->B * m->T;
-  float *zt = m->host_losses, *lse = zt + R, *all = lse + R;
   T_(tensor_xent_slice_forward(tc, &m->lse, &m->losses, &m->logits, &m->targets, vocab_lo(m)));
-  tensor_t hz = tensor_view1(zt, TENSOR_F32, TENSOR_CPU, R), hl = tensor_view1(lse, TENSOR_F32, TENSOR_CPU, R);
-  T_(tensor_copy(tc, &hz, &m->losses));
-  T_(tensor_copy(tc, &hl, &m->lse));
-  if ((rc = gpt_tp_allgather(m, all, lse, (size_t)R)) || (rc = gpt_tp_allreduce(m, &hz))) goto fail;
-  for (int64_t r = 0; r < R; r++) {
-    float mx = -INFINITY;
-    for (int s = 0; s < t; s++) mx = fmaxf(mx, all[s * R + r]);
-    double sum = 0;
-    for (int s = 0; s < t; s++) sum += exp((double)all[s * R + r] - mx);
-    lse[r] = mx + (float)log(sum);
-    zt[r] = m->host_ids[r] >= 0 ? lse[r] - zt[r] : 0.f;
+  tensor_t hz = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, R);
+  if (tensor_numel(&m->dlogits) >= (int64_t)t * R) {
+    tensor_t parts = tensor_view2(m->dlogits.data, TENSOR_F32, m->device, t, R);
+    if ((rc = gpt_tp_allgather(m, parts.data, m->lse.data, (size_t)R)) || (rc = gpt_tp_allreduce(m, &m->losses)))
+      goto fail;
+    T_(tensor_xent_slice_combine(tc, &m->lse, &m->losses, &parts, &m->losses, &m->targets));
+    T_(tensor_copy(tc, &hz, &m->losses));
+  } else {
+    float *lse = m->host_losses + R, *all = lse + R;
+    tensor_t hl = tensor_view1(lse, TENSOR_F32, TENSOR_CPU, R), parts = tensor_view2(all, TENSOR_F32, TENSOR_CPU, t, R);
+    tensor_t ids = tensor_view1(m->host_ids, TENSOR_I32, TENSOR_CPU, R);
+    T_(tensor_copy(tc, &hz, &m->losses));
+    T_(tensor_copy(tc, &hl, &m->lse));
+    if ((rc = gpt_tp_allgather(m, all, lse, (size_t)R)) || (rc = gpt_tp_allreduce(m, &hz))) goto fail;
+    T_(tensor_xent_slice_combine(tc, &hl, &hz, &parts, &hz, &ids));
+    T_(tensor_copy(tc, &m->lse, &hl));
   }
-  T_(tensor_copy(tc, &m->lse, &hl));
 fail:
   return rc;
 }

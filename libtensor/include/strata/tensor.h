@@ -393,6 +393,13 @@ STRATA_API int tensor_xent_slice_forward(tensor_ctx_t *ctx, tensor_t *lse, tenso
 STRATA_API int tensor_xent_slice_backward(tensor_ctx_t *ctx, tensor_t *dlogits, const tensor_t *logits,
                                           const tensor_t *lse, const tensor_t *targets, float dloss,
                                           int64_t vocab_lo);
+/* Combines the slices of a group of t ranks: parts (t, R) holds each
+ * slice's lse (rank s in row s, as an all-gather leaves them), zt (R) the
+ * target logits summed over the group. lse (R) = log sum_s exp(parts[s]),
+ * the rows' log-sum-exp, and losses (R) = lse - zt, 0 on rows with a
+ * target < 0. losses may be zt (in place). All on one device. */
+STRATA_API int tensor_xent_slice_combine(tensor_ctx_t *ctx, tensor_t *lse, tensor_t *losses, const tensor_t *parts,
+                                         const tensor_t *zt, const tensor_t *targets);
 
 /* Fused classifier and softmax cross-entropy, a language model's head
  * (logits = h weight^T, weight (V, C) the tied embedding), over chunks of
