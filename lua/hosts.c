@@ -133,22 +133,38 @@ int lstrata_hosts_write(const lstrata_hosts_t *hs, const char *path) {
   return fclose(f) ? -1 : 0;
 }
 
-void lstrata_this_node(char *out, size_t n) {
-  const char *list = getenv("STRATA_RANK_NODES"), *r = getenv("OMPI_COMM_WORLD_RANK");
+/* Entry k of STRATA_RANK_NODES (its length into *len), or NULL. */
+static const char *rank_node(int k, size_t *len) {
+  const char *p = getenv("STRATA_RANK_NODES");
+  if (!p || !*p) return NULL;
+  for (; k > 0 && p; k--) p = strchr(p, ','), p = p ? p + 1 : NULL;
+  if (p) *len = strcspn(p, ",");
+  return p;
+}
+
+static int this_rank(void) {
+  const char *r = getenv("OMPI_COMM_WORLD_RANK");
   if (!r) r = getenv("PMI_RANK");
-  if (list && *list && r) {
-    const char *p = list;
-    for (int k = atoi(r); k > 0 && p; k--) p = strchr(p, ','), p = p ? p + 1 : NULL;
-    if (p) {
-      size_t len = strcspn(p, ",");
-      if (len < n) {
-        memcpy(out, p, len), out[len] = 0;
-        return;
-      }
-    }
+  return r ? atoi(r) : -1;
+}
+
+void lstrata_this_node(char *out, size_t n) {
+  size_t len = 0;
+  const char *p = this_rank() >= 0 ? rank_node(this_rank(), &len) : NULL;
+  if (p && len < n) {
+    memcpy(out, p, len), out[len] = 0;
+    return;
   }
   if (gethostname(out, n) != 0) snprintf(out, n, "?");
   out[n - 1] = 0;
+}
+
+int lstrata_simulated_node(void) {
+  size_t len = 0, l2 = 0;
+  const char *mine = this_rank() >= 0 ? rank_node(this_rank(), &len) : NULL, *p;
+  for (int j = 0; mine && (p = rank_node(j, &l2)); j++)
+    if (l2 == len && !strncmp(p, mine, len)) return j;
+  return -1;
 }
 
 int lstrata_hosts_busiest(const lstrata_hosts_t *hs, int np) {

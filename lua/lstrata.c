@@ -197,22 +197,11 @@ static int world_gc(lua_State *L) {
  * (ranks sharing memory), or simulated: this rank's entry in
  * STRATA_RANK_NODES (hosts.c), a node's id being the first rank named on it. */
 static MPI_Comm node_ordered(void) {
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int size;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (size == 1) return MPI_COMM_WORLD;
   comm_config_t cfg = COMM_CONFIG_DEFAULTS;
-  const char *list = getenv("STRATA_RANK_NODES");
-  if (list && *list) {
-    char mine[256] = "", name[256];
-    lstrata_this_node(mine, sizeof mine);
-    const char *p = list;
-    for (int j = 0; p && cfg.node_id < 0; j++) {
-      size_t len = strcspn(p, ",");
-      snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-      if (!strcmp(name, mine)) cfg.node_id = j;
-      p = p[len] ? p + len + 1 : NULL;
-    }
-  }
+  cfg.node_id = lstrata_simulated_node(); /* -1: detect */
   comm_t *c = NULL;
   MPI_Comm run = MPI_COMM_NULL;
   if (comm_from_mpi(&c, MPI_COMM_WORLD, &cfg) != STRATA_OK || comm_node_order(c, &run) != STRATA_OK)

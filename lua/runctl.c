@@ -223,21 +223,7 @@ void lstrata_catch_stop_signals(int rank) {
  * checkpoint, key=value lines that an elastic run's launcher reads to
  * relaunch (lstrata_elastic_next). One write, appended: ranks may fail
  * together. */
-/* Appends `head` and this rank's last complete checkpoint to the file. */
-static void elastic_write(const char *head) {
-  const char *f = getenv("STRATA_ELASTIC_FILE");
-  if (!f || !*f) return;
-  char buf[4700], node[256];
-  lstrata_this_node(node, sizeof node);
-  int n = snprintf(buf, sizeof buf, "%s\nnode=%s\nckpt_step=%ld\nckpt=%s\n", head, node, status->ckpt_step,
-                   status->ckpt_path);
-  int fd = open(f, O_WRONLY | O_APPEND | O_CREAT, 0600);
-  if (fd < 0) return;
-  if (n > 0 && write(fd, buf, (size_t)(n < (int)sizeof buf ? n : (int)sizeof buf - 1)) < 0) {
-  }
-  close(fd);
-}
-
+/* One write, appended (lines from several ranks never interleave). */
 void lstrata_elastic_append(const char *lines) {
   const char *f = getenv("STRATA_ELASTIC_FILE");
   int fd = f && *f ? open(f, O_WRONLY | O_APPEND | O_CREAT, 0600) : -1;
@@ -245,6 +231,15 @@ void lstrata_elastic_append(const char *lines) {
   if (write(fd, lines, strlen(lines)) < 0) {
   }
   close(fd);
+}
+
+/* Appends `head`, this rank's machine and its last complete checkpoint. */
+static void elastic_write(const char *head) {
+  char buf[4700], node[256];
+  lstrata_this_node(node, sizeof node);
+  snprintf(buf, sizeof buf, "%s\nnode=%s\nckpt_step=%ld\nckpt=%s\n", head, node, status->ckpt_step,
+           status->ckpt_path);
+  lstrata_elastic_append(buf);
 }
 
 static void elastic_record(const char *what) {

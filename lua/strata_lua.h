@@ -76,6 +76,9 @@ int lstrata_hosts_busiest(const lstrata_hosts_t *hs, int np);
 int lstrata_hosts_drop(lstrata_hosts_t *hs, const char *node);
 /* This rank's machine: its STRATA_RANK_NODES entry (simulated), else the host name. */
 void lstrata_this_node(char *out, size_t n);
+/* Simulated machines (STRATA_RANK_NODES): the id of this rank's, the first
+ * rank named on it; -1 when not simulated. */
+int lstrata_simulated_node(void);
 /* Writes the machines with slots left as a hostfile; -1 on failure. */
 int lstrata_hosts_write(const lstrata_hosts_t *hs, const char *path);
 /* After a launch that ended with status_code: for an elastic run whose rank
