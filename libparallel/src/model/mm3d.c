@@ -98,9 +98,11 @@ static int scatter_add(par_mm3d_t *m, tensor_ctx_t *tc, int a, tensor_t *dst, co
 
 /* A 2-D fp32 piece on `dev` (the first piece's device). */
 static int check2(par_mm3d_t *m, const char *what, const tensor_t *t, int dev) {
-  if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != dev)
-    return fail(m, STRATA_ESHAPE, "3D: %s must be a 2-D fp32 piece on the device of the others (%s%d)", what,
-                dev == TENSOR_CPU ? "cpu" : "cuda:", dev == TENSOR_CPU ? 0 : dev);
+  if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != dev) {
+    char d[32] = "cpu";
+    if (dev != TENSOR_CPU) snprintf(d, sizeof d, "cuda:%d", dev);
+    return fail(m, STRATA_ESHAPE, "3D: %s must be a 2-D fp32 piece on the device of the others (%s)", what, d);
+  }
   return STRATA_OK;
 }
 

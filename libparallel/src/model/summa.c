@@ -82,10 +82,12 @@ const char *par_summa_error(const par_summa_t *s) { return s ? s->err : ""; }
 /* A 2-D fp32 block on `dev` (the product's x's: the CPU or a CUDA device). */
 static int check2(par_summa_t *s, const char *what, const tensor_t *t, int64_t r, int64_t c, int dev) {
   if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != dev || (r >= 0 && t->shape[0] != r) ||
-      (c >= 0 && t->shape[1] != c))
-    return fail(s, STRATA_ESHAPE, "SUMMA: %s must be a 2-D fp32 block on x's device (%s%d)%s", what,
-                dev == TENSOR_CPU ? "cpu" : "cuda:", dev == TENSOR_CPU ? 0 : dev,
+      (c >= 0 && t->shape[1] != c)) {
+    char d[32] = "cpu";
+    if (dev != TENSOR_CPU) snprintf(d, sizeof d, "cuda:%d", dev);
+    return fail(s, STRATA_ESHAPE, "SUMMA: %s must be a 2-D fp32 block on x's device (%s)%s", what, d,
                 r >= 0 || c >= 0 ? " of the shape its product needs" : "");
+  }
   return STRATA_OK;
 }
 

@@ -431,12 +431,14 @@ static tensor_t seqs(const tensor_t *t, int64_t rows, int64_t T, int64_t width) 
 
 static int check_rows(tpl_mesh_t *M, const tpl_acts_t *a, const char *what, const tensor_t *t, int64_t T) {
   if (!t || t->dtype != TENSOR_F32 || t->device != M->dev || a->rows > M->rows || T < 1 || a->rows % T ||
-      tensor_numel(t) != a->rows * M->acols)
+      tensor_numel(t) != a->rows * M->acols) {
+    char d[32] = "cpu";
+    if (M->dev != TENSOR_CPU) snprintf(d, sizeof d, "cuda:%d", M->dev);
     return tpl_fail(M, STRATA_ESHAPE,
                     "tensor-parallel layer: %s must be this rank's fp32 block of %lld x %lld (sequences of %lld) on "
-                    "the layer's device (%s%d)",
-                    what, (long long)a->rows, (long long)M->acols, (long long)T, M->dev == TENSOR_CPU ? "cpu" : "cuda:",
-                    M->dev == TENSOR_CPU ? 0 : M->dev);
+                    "the layer's device (%s)",
+                    what, (long long)a->rows, (long long)M->acols, (long long)T, d);
+  }
   return STRATA_OK;
 }
 
