@@ -51,9 +51,11 @@ int main(void) {
     int64_t rows, cols;
     par_tplayer_block(L, &rows, &cols, NULL, NULL);
     float xb[64] = {0}, yb[64] = {0};
-    tensor_t hx = tensor_view2(xb, TENSOR_F32, TENSOR_CPU, rows, cols), hy = tensor_view2(yb, TENSOR_F32, TENSOR_CPU, rows, cols);
+    tensor_t hx = tensor_view2(xb, TENSOR_F32, TENSOR_CPU, rows, cols),
+             hy = tensor_view2(yb, TENSOR_F32, TENSOR_CPU, rows, cols);
     tensor_t dx = tensor_view2(xb, TENSOR_F32, 0, rows, cols);
-    CHECK(rows * cols == 64 && par_tplayer_forward(L, &hy, &hx) == STRATA_OK, "the CPU layer: %s", par_tplayer_error(L));
+    CHECK(rows * cols == 64 && par_tplayer_forward(L, &hy, &hx) == STRATA_OK, "the CPU layer: %s",
+          par_tplayer_error(L));
     CHECK(par_tplayer_forward(L, &hy, &dx) == STRATA_ESHAPE && strstr(par_tplayer_error(L), "layer's device (cpu)"),
           "the CPU layer given x on cuda:0: '%s'", par_tplayer_error(L));
   } else {

@@ -136,7 +136,8 @@ static void layer_versus_cpu(comm_t *c, tensor_ctx_t *tcc, tensor_ctx_t *tcd, pa
   if (device < 0) CHECK(worst == 0, "%s layer with the CPU as the device: %.2e apart", mode_name(mode), worst);
   uint64_t sc, rc_, sg, rg;
   par_tplayer_traffic(Lc, &sc, &rc_), par_tplayer_traffic(Lg, &sg, &rg);
-  CHECK(sc == sg && rc_ == rg && sc > 0, "%s layer: bytes sent %llu / received %llu on the device, %llu / %llu on the CPU",
+  CHECK(sc == sg && rc_ == rg && sc > 0,
+        "%s layer: bytes sent %llu / received %llu on the device, %llu / %llu on the CPU",
         mode_name(mode), (unsigned long long)sg, (unsigned long long)rg, (unsigned long long)sc,
         (unsigned long long)rc_);
   CHECK(par_tplayer_partners(Lc) == par_tplayer_partners(Lg), "%s layer: partners %d on the device, %d on the CPU",
@@ -247,7 +248,8 @@ static void checkpoint(int device, const case_t *k) {
   CHECK(par_engine_load(c, path, d, &step) == 0 && step == 3, "load on the CPU: %s", par_engine_error(c));
   float *pg = malloc(n * 4), *pc = malloc(n * 4);
   par_engine_get_params(g, pg), par_engine_get_params(c, pc);
-  CHECK(!memcmp(pg, pc, n * 4), "a %s checkpoint of the devices loads on the CPU with other values", mode_name(k->mode));
+  CHECK(!memcmp(pg, pc, n * 4), "a %s checkpoint of the devices loads on the CPU with other values",
+        mode_name(k->mode));
   par_data_t *dg = markov_data(mc.seq), *dc = markov_data(mc.seq);
   par_data_set_position(dg, par_data_position(d)), par_data_set_position(dc, par_data_position(d));
   CHECK(par_engine_step(g, dg, &st) == 0 && par_engine_step(c, dc, &sc) == 0, "step after the load");

@@ -114,8 +114,9 @@ void par_mm3d_saved_free(tensor_ctx_t *tc, par_mm3d_saved_t *keep) {
 /* keep = X_il gathered along j and W_lj along i. */
 static int gather_xw(par_mm3d_t *m, tensor_ctx_t *tc, const tensor_t *x, const tensor_t *w, par_mm3d_saved_t *keep) {
   int rc, q = m->q;
-  if (keep->x.data && keep->x.device == x->device && keep->x.shape[0] == x->shape[0] * q && keep->x.shape[1] == x->shape[1] && keep->w.data &&
-      keep->w.shape[0] == w->shape[0] * q && keep->w.shape[1] == w->shape[1]) {
+  if (keep->x.data && keep->x.device == x->device && keep->x.shape[0] == x->shape[0] * q &&
+      keep->x.shape[1] == x->shape[1] && keep->w.data && keep->w.shape[0] == w->shape[0] * q &&
+      keep->w.shape[1] == w->shape[1]) {
     /* the buffers of the last forward serve again */
   } else {
     par_mm3d_saved_free(tc, keep);
@@ -167,9 +168,10 @@ int par_mm3d_backward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tenso
   const tensor_t *xa = &keep->x, *wb = &keep->w;
   tensor_t gc = {0}, pa = {0}, pb = {0}, px = {0}, pw = {0};
   if ((rc = buf(m, tc, &gc, dy->shape[0] * q, dy->shape[1], dev)) ||
-      (rc = buf(m, tc, &pa, xa->shape[0], xa->shape[1], dev)) || (rc = buf(m, tc, &pb, wb->shape[0], wb->shape[1], dev)) ||
-      (rc = buf(m, tc, &px, dx->shape[0], dx->shape[1], dev)) || (rc = buf(m, tc, &pw, dw->shape[0], dw->shape[1], dev)) ||
-      (rc = gather(m, 2, &gc, dy)))
+      (rc = buf(m, tc, &pa, xa->shape[0], xa->shape[1], dev)) ||
+      (rc = buf(m, tc, &pb, wb->shape[0], wb->shape[1], dev)) ||
+      (rc = buf(m, tc, &px, dx->shape[0], dx->shape[1], dev)) ||
+      (rc = buf(m, tc, &pw, dw->shape[0], dw->shape[1], dev)) || (rc = gather(m, 2, &gc, dy)))
     goto done;
   /* dX_il = sum_j dY_ij W_lj^T (along j), dW_lj = sum_i X_il^T dY_ij (along i) */
   if ((rc = tensor_matmul(tc, &pa, &gc, wb, 0, 1, 1.f, 0.f)) || (rc = tensor_matmul(tc, &pb, xa, &gc, 1, 0, 1.f, 0.f))) {

@@ -121,11 +121,12 @@ static int reduce_add(par_summa_t *s, tensor_ctx_t *tc, comm_t *g, tensor_t *dst
 int par_summa_forward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w) {
   if (!s || !tc) return STRATA_EINVAL;
   int rc;
-  if ((rc = check2(s, "x", x, -1, -1, x ? x->device : TENSOR_CPU)) || (rc = check2(s, "w", w, x->shape[1], -1, x->device)) ||
-      (rc = check2(s, "y", y, x->shape[0], w->shape[1], x->device)))
+  if ((rc = check2(s, "x", x, -1, -1, x ? x->device : TENSOR_CPU))) return rc;
+  int dev = x->device; /* (every block on x's device) */
+  if ((rc = check2(s, "w", w, x->shape[1], -1, dev)) || (rc = check2(s, "y", y, x->shape[0], w->shape[1], dev)))
     return rc;
   tensor_t xb = {0}, wb = {0};
-  if ((rc = block(s, tc, &xb, x->shape[0], x->shape[1], x->device)) || (rc = block(s, tc, &wb, w->shape[0], w->shape[1], x->device)))
+  if ((rc = block(s, tc, &xb, x->shape[0], x->shape[1], dev)) || (rc = block(s, tc, &wb, w->shape[0], w->shape[1], dev)))
     goto done;
   for (int k = 0; k < s->q && !rc; k++) {
     if ((rc = bcast(s, tc, s->row, &xb, x, k, s->j)) || (rc = bcast(s, tc, s->col, &wb, w, k, s->i))) break;
@@ -141,14 +142,17 @@ int par_summa_backward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *dx, tensor_t 
                        const tensor_t *x, const tensor_t *w) {
   if (!s || !tc) return STRATA_EINVAL;
   int rc;
-  if ((rc = check2(s, "x", x, -1, -1, x ? x->device : TENSOR_CPU)) || (rc = check2(s, "w", w, x->shape[1], -1, x->device)) ||
-      (rc = check2(s, "dy", dy, x->shape[0], w->shape[1], x->device)) || (dx && (rc = check2(s, "dx", dx, x->shape[0], x->shape[1], x->device))) ||
-      (dw && (rc = check2(s, "dw", dw, w->shape[0], w->shape[1], x->device))))
+  if ((rc = check2(s, "x", x, -1, -1, x ? x->device : TENSOR_CPU))) return rc;
+  int dev = x->device;
+  if ((rc = check2(s, "w", w, x->shape[1], -1, dev)) || (rc = check2(s, "dy", dy, x->shape[0], w->shape[1], dev)) ||
+      (dx && (rc = check2(s, "dx", dx, x->shape[0], x->shape[1], dev))) ||
+      (dw && (rc = check2(s, "dw", dw, w->shape[0], w->shape[1], dev))))
     return rc;
   tensor_t b = {0}, part = {0}, sum = {0}, acc = {0};
   if (dx) { /* dX_il += sum_j dY_ij W_lj^T */
-    if ((rc = block(s, tc, &b, w->shape[0], w->shape[1], x->device)) || (rc = block(s, tc, &part, x->shape[0], x->shape[1], x->device)) ||
-        (rc = block(s, tc, &sum, x->shape[0], x->shape[1], x->device)))
+    if ((rc = block(s, tc, &b, w->shape[0], w->shape[1], dev)) ||
+        (rc = block(s, tc, &part, x->shape[0], x->shape[1], dev)) ||
+        (rc = block(s, tc, &sum, x->shape[0], x->shape[1], dev)))
       goto done;
     for (int l = 0; l < s->q && !rc; l++) {
       if ((rc = bcast(s, tc, s->col, &b, w, l, s->i))) break;
@@ -161,9 +165,10 @@ int par_summa_backward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *dx, tensor_t 
     tensor_free(tc, &b), tensor_free(tc, &part), tensor_free(tc, &sum);
   }
   if (dw && !rc) { /* dW_lj += sum_i X_il^T dY_ij (2.5D: this layer's rows, then summed over the layers) */
-    if ((rc = block(s, tc, &b, x->shape[0], x->shape[1], x->device)) || (rc = block(s, tc, &part, w->shape[0], w->shape[1], x->device)) ||
-        (rc = block(s, tc, &sum, w->shape[0], w->shape[1], x->device)) ||
-        (s->dep && (rc = block(s, tc, &acc, w->shape[0], w->shape[1], x->device))))
+    if ((rc = block(s, tc, &b, x->shape[0], x->shape[1], dev)) ||
+        (rc = block(s, tc, &part, w->shape[0], w->shape[1], dev)) ||
+        (rc = block(s, tc, &sum, w->shape[0], w->shape[1], dev)) ||
+        (s->dep && (rc = block(s, tc, &acc, w->shape[0], w->shape[1], dev))))
       goto done;
     tensor_t *into = s->dep ? &acc : dw;
     for (int l = 0; l < s->q && !rc; l++) {
