@@ -109,6 +109,15 @@ int tcu_classifier_check(tensor_ctx_t *ctx, int V);
 int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, float *resid, float *out, float *mean, float *rstd,
                                    const float *a, const float *b, const float *w, const float *bias,
                                    int64_t rows, int C, float eps);
+/* layernorm_split.cu: the phases of tensor_layernorm_split_* over R rows
+ * of A columns (C the whole rows'), and the 2-D transpose (r x c in). */
+int tcu_layernorm_split_forward(tensor_ctx_t *ctx, float *out, float *mean, float *rstd, const float *in,
+                                const float *w, const float *b, int64_t R, int64_t A, int64_t C, float eps,
+                                int phase);
+int tcu_layernorm_split_backward(tensor_ctx_t *ctx, float *din, float *dw, float *db, float *stats,
+                                 const float *dout, const float *in, const float *w, const float *mean,
+                                 const float *rstd, int64_t R, int64_t A, int64_t C, int phase);
+int tcu_transpose(tensor_ctx_t *ctx, float *out, const float *in, int64_t r, int64_t c, int accumulate);
 /* out = in * mask / (1-p) (accumulate: out += ...), mask from Philox(key, offset + i). */
 int tcu_dropout(tensor_ctx_t *ctx, float *out, const float *in, int64_t n, float p,
                 const uint32_t key[2], int64_t offset, int accumulate);

@@ -16,3 +16,5 @@ $(eval $(call strata_program,mm3d_equiv,tests/gpt/mm3d_equiv.c,parallel))
 $(eval $(call strata_program,tplayer_equiv,tests/gpt/tplayer_equiv.c,parallel))
 # The GPT model under 2D, 2.5D and 3D tensor parallelism against the serial model.
 $(eval $(call strata_program,tpgpt_equiv,tests/gpt/tpgpt_equiv.c,parallel))
+# The multi-dimensional pieces' device checks: blocks on another device refused by name (one rank, any machine).
+$(eval $(call strata_program,tp_device_args,tests/gpt/tp_device_args.c,parallel))

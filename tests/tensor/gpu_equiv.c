@@ -249,6 +249,55 @@ static void test_layernorm_gelu(void) {
   freeall(all, 20);
 }
 
+/* The split layernorm's phases (one rank's 96 of 384 columns; the sums
+ * between phases left as the block's own, which the phases accept as any
+ * other values) and the transpose. Tolerances as the whole layernorm's:
+ * the row sums are in double on both sides (only their last rounding
+ * differs), the column sums of dweight and dbias are in float over 300
+ * rows in the same order (one thread a column walks the rows as the CPU
+ * does), so a few ulps of O(10) values; the transpose is exact. */
+static void test_layernorm_split(void) {
+  int64_t sx[2] = {300, 96}, sw[1] = {96}, sr[1] = {300}, s2[1] = {600}, C = 384;
+  tensor_t x = hrand(2, sx, 81, 2.f), w = hrand(1, sw, 82, 1.f), b = hrand(1, sw, 83, 1.f), o = hrand(2, sx, 84, 1.f);
+  tensor_t mu = hrand(1, sr, 85, 1.f), rs = hrand(1, sr, 86, 1.f);
+  tensor_t dx = todev(&x), dw = todev(&w), dbv = todev(&b), dout = todev(&o), dmu = todev(&mu), drs = todev(&rs);
+  for (int phase = 0; phase < 3; phase++) {
+    char what[64];
+    must(tensor_layernorm_split_forward(ctx, &o, &mu, &rs, &x, &w, &b, C, 1e-5f, phase), "split ln cpu");
+    must(tensor_layernorm_split_forward(ctx, &dout, &dmu, &drs, &dx, &dw, &dbv, C, 1e-5f, phase), "split ln gpu");
+    snprintf(what, sizeof what, "split layernorm mean, phase %d", phase);
+    expect(what, &dmu, &mu, 1e-5, 1e-5, NULL, 0);
+    if (phase > 0) {
+      snprintf(what, sizeof what, "split layernorm rstd, phase %d", phase);
+      expect(what, &drs, &rs, 1e-5, 1e-5, NULL, 0);
+    }
+  }
+  expect("split layernorm out", &dout, &o, 1e-5, 1e-4, NULL, 0);
+  tensor_t g = hrand(2, sx, 87, 1.f), gx = hrand(2, sx, 88, 1.f), gw = hrand(1, sw, 89, 1.f), gb = hrand(1, sw, 90, 1.f);
+  tensor_t st = hrand(1, s2, 91, 1.f);
+  tensor_t dg = todev(&g), dgx = todev(&gx), dgw = todev(&gw), dgb = todev(&gb), dst = todev(&st);
+  must(tensor_layernorm_split_backward(ctx, NULL, &gw, &gb, &st, &g, &x, &w, &mu, &rs, C, 0), "split ln bwd cpu");
+  must(tensor_layernorm_split_backward(ctx, NULL, &dgw, &dgb, &dst, &dg, &dx, &dw, &dmu, &drs, C, 0), "split ln bwd gpu");
+  expect("split layernorm stats", &dst, &st, 1e-4, 1e-4, NULL, 0);
+  expect("split layernorm dweight", &dgw, &gw, 1e-4, 1e-4, NULL, 0);
+  expect("split layernorm dbias", &dgb, &gb, 1e-4, 1e-4, NULL, 0);
+  must(tensor_layernorm_split_backward(ctx, &gx, NULL, NULL, &st, &g, &x, &w, &mu, &rs, C, 1), "split ln din cpu");
+  must(tensor_layernorm_split_backward(ctx, &dgx, NULL, NULL, &st, &dg, &dx, &dw, &dmu, &drs, C, 1), "split ln din gpu");
+  /* (the GPU's din from the CPU's stats would differ only by the stats' ulps: both use their own) */
+  expect("split layernorm din", &dgx, &gx, 1e-4, 1e-4, NULL, 0);
+  int64_t sa[2] = {77, 130}, sb[2] = {130, 77};
+  tensor_t a = hrand(2, sa, 92, 1.f), t = hrand(2, sb, 93, 1.f), da = todev(&a), dt = todev(&t);
+  must(tensor_transpose(ctx, &t, &a, 1), "transpose cpu");
+  must(tensor_transpose(ctx, &dt, &da, 1), "transpose gpu");
+  expect("transpose, accumulated", &dt, &t, 0, 0, NULL, 0);
+  must(tensor_transpose(ctx, &t, &a, 0), "transpose cpu");
+  must(tensor_transpose(ctx, &dt, &da, 0), "transpose gpu");
+  expect("transpose", &dt, &t, 0, 0, NULL, 0);
+  tensor_t all[26] = {x, w, b, o, mu, rs, dx, dw, dbv, dout, dmu, drs, g, gx, gw, gb, st, dg, dgx, dgw, dgb, dst, a, t,
+                      da, dt};
+  freeall(all, 26);
+}
+
 static void test_attention(int B, int T, int NH, int hs) {
   int C = NH * hs;
   int64_t sq[3] = {B, T, 3 * C}, so[3] = {B, T, C}, sl[3] = {B, NH, T};
@@ -856,6 +905,7 @@ int main(void) {
   test_matmul();
   test_linear_bias_add();
   test_layernorm_gelu();
+  test_layernorm_split();
   test_attention(2, 100, 4, 32);
   test_attention(1, 77, 2, 64);
   test_attention(1, 40, 1, 128); /* > 48 KiB of shared memory in the backward */

@@ -199,16 +199,7 @@ static void gpu_cases(int device) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     if (ranks % (2 * cases[i].pp) == 0) versus_cpu(&cases[i], device);
-  checkpoint(device);
-  if (ranks % 4 == 0 && device >= 0) { /* 2D tensor parallelism stays on the CPU, refused by name */
-    case_t k = {0, 0, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0};
-    char err[1024];
-    par_engine_t *e = NULL;
-    int rc = create(&e, device, &k, 4, PAR_TP_2D, err, sizeof err);
-    CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "does not run on a device yet"), "tp 4 2D on a device: %d, '%s'",
-          rc, err);
-    par_engine_destroy(e);
-  }
+  checkpoint(device); /* (2D, 2.5D and 3D on devices: gpu_tpmd_engine.c) */
 }
 
 int main(int argc, char **argv) {

@@ -24,3 +24,10 @@ GPU_TESTS += $(BUILD)/bin/gpu_engine
 # bundle (one rank) it exits 77; --cpu-checks in mpi.list.
 $(eval $(call strata_program,gpu_tp_engine,tests/train/gpu_tp_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_tp_engine
+# 2D, 2.5D and 3D tensor parallelism on CUDA devices against the CPU (the
+# layers alone and the engine): mpirun -np 4 or 8 with a GPU per rank (its
+# header says how); in the bundle (one rank) it exits 77; --cpu-checks in
+# mpi.list (4 ranks: auto's fallback, cuda's refusal, the cases with the
+# CPU as the device).
+$(eval $(call strata_program,gpu_tpmd_engine,tests/train/gpu_tpmd_engine.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_tpmd_engine

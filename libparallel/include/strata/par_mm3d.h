@@ -40,7 +40,9 @@ STRATA_API void par_mm3d_coords(const par_mm3d_t *m, int *i, int *j, int *l, int
 /* The groups along each axis: "i", "j" or "l" (borrowed). */
 STRATA_API comm_t *par_mm3d_axis(par_mm3d_t *m, const char *axis);
 /* y (M/q^2 x N/q) = this rank's piece of X W from its pieces x (M/q^2 x
- * K/q) and w (K/q^2 x N/q). Collective. */
+ * K/q) and w (K/q^2 x N/q): fp32, all on one device, the CPU or a CUDA
+ * device (the gathers and reduce-scatters then through NCCL, libcomm
+ * counting the same bytes). Collective. */
 STRATA_API int par_mm3d_forward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w);
 /* dx += this rank's piece of dY W^T, dw += its piece of X^T dY. Collective. */
 STRATA_API int par_mm3d_backward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *dw, const tensor_t *dy,

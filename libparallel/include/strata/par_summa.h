@@ -58,7 +58,9 @@ STRATA_API comm_t *par_summa_row(par_summa_t *s);
 STRATA_API comm_t *par_summa_col(par_summa_t *s);
 STRATA_API comm_t *par_summa_dep(par_summa_t *s);
 /* y (M/q x N/q) = this rank's block of X W, from its blocks x (M/q x K/q)
- * and w (K/q x N/q). Collective over the mesh. */
+ * and w (K/q x N/q): fp32, all on one device, the CPU or a CUDA device
+ * (the blocks broadcast then through NCCL, libcomm counting the same
+ * bytes). Collective over the mesh. */
 STRATA_API int par_summa_forward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w);
 /* dx += this rank's block of dY W^T, dw += its block of X^T dY (summed
  * over the layers under 2.5D; either may be NULL: its steps are skipped on

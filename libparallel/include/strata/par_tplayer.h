@@ -34,7 +34,9 @@
  * Every mode talks to a few partners: 1D tp - 1, 2D 2 (q - 1), 2.5D
  * 2 (q - 1) + d - 1, 3D 3 (q - 1). The bytes a rank sends for one layer's
  * forward and backward are par_plan_tp_layer_sent (strata/par_plan.h).
- * fp32 on the CPU. */
+ * fp32, on the CPU or (on_device) on a CUDA device: then the blocks passed
+ * to forward and backward live there too, and nothing is staged through
+ * the host but par_tplayer_get / set's whole tensors. */
 #ifndef STRATA_PAR_TPLAYER_H
 #define STRATA_PAR_TPLAYER_H
 
@@ -60,6 +62,9 @@ typedef struct {
   int64_t heads;
   uint64_t seed;   /* parameters drawn as par_gpt draws layer 0's */
   float init_std;  /* 0: 0.02 (the residual projections 0.02 / sqrt(2)) */
+  int on_device;   /* 0 (default): the CPU; 1: parameters, activations and scratch on CUDA device `device`
+                      (tc's device), GEMMs by cuBLAS, collectives through NCCL (libcomm sees device pointers) */
+  int device;      /* the CUDA ordinal when on_device */
 } par_tplayer_config_t;
 
 /* The layer over the ranks of c (the tensor group: tp = comm_size(c)).

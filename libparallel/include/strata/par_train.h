@@ -160,8 +160,9 @@ typedef struct {
    * collective; collectives on it go through NCCL on libcomm's own stream.
    * A CUDA device on a build without CUDA or a machine without a GPU is
    * STRATA_EUNSUPPORTED naming why; so are the layouts that do not run on a
-   * device yet (tensor parallelism, ring self-attention, the interleaved
-   * pipeline schedule, optimizer offload and the chunk policy). */
+   * device yet (ring self-attention, the interleaved pipeline schedule,
+   * optimizer offload and the chunk policy). Tensor parallelism runs on
+   * devices in every mode (1D, 2D, 2.5D, 3D). */
   int device;
   /* On a CUDA device: the model's fp32 GEMMs run with bf16 inputs and fp32
    * accumulation (libtensor's tensor_ctx_options_t.bf16_matmul). */

@@ -322,11 +322,11 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
       goto fail;
     }
     if (m->opts.tp_mode != 0) { /* 2D, 2.5D, 3D: the mesh checks the shapes (gpt_md_create) */
-      if (m->opts.seq_parallel || m->opts.stages > 1 || m->opts.partition_activations || m->opts.device >= 0 ||
+      if (m->opts.seq_parallel || m->opts.stages > 1 || m->opts.partition_activations ||
           (m->ring && m->ring_size > 1)) {
         rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED,
-                        "par_gpt_create: 2D, 2.5D and 3D tensor parallelism run on the CPU in one stage, without "
-                        "sequence or ring parallelism or partitioned checkpoints, in this version");
+                        "par_gpt_create: 2D, 2.5D and 3D tensor parallelism run in one stage, without sequence or "
+                        "ring parallelism or partitioned checkpoints, in this version");
         goto fail;
       }
     } else if (m->tp_size < 1 || cfg->heads % m->tp_size) {
@@ -341,10 +341,6 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
                       "par_gpt_create: a vocabulary of %d does not divide over a tensor-parallel group of %d "
                       "(pad it to a multiple, as Megatron does)",
                       cfg->vocab, m->tp_size);
-      goto fail;
-    }
-    if (m->opts.device >= 0) {
-      rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: tensor parallelism runs on the CPU in this build");
       goto fail;
     }
   }

@@ -72,9 +72,11 @@ comm_t *par_mm3d_axis(par_mm3d_t *m, const char *axis) {
 
 const char *par_mm3d_error(const par_mm3d_t *m) { return m ? m->err : ""; }
 
-static int buf(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *t, int64_t r, int64_t c) {
+/* A buffer on `dev` (the pieces' device: the CPU, or a CUDA device whose
+ * caching allocator serves it and whose collectives go through NCCL). */
+static int buf(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *t, int64_t r, int64_t c, int dev) {
   int64_t s[2] = {r, c};
-  int rc = tensor_alloc(tc, t, TENSOR_F32, TENSOR_CPU, 2, s);
+  int rc = tensor_alloc(tc, t, TENSOR_F32, dev, 2, s);
   return rc ? fail(m, rc, "3D: %s", tensor_last_error(tc)) : STRATA_OK;
 }
 
@@ -94,9 +96,13 @@ static int scatter_add(par_mm3d_t *m, tensor_ctx_t *tc, int a, tensor_t *dst, co
   return rc ? fail(m, rc, "3D: %s", tensor_last_error(tc)) : STRATA_OK;
 }
 
-static int check2(par_mm3d_t *m, const char *what, const tensor_t *t) {
-  if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != TENSOR_CPU)
-    return fail(m, STRATA_ESHAPE, "3D: %s must be a 2-D fp32 CPU piece", what);
+/* A 2-D fp32 piece on `dev` (the first piece's device). */
+static int check2(par_mm3d_t *m, const char *what, const tensor_t *t, int dev) {
+  if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != dev) {
+    char d[32] = "cpu";
+    if (dev != TENSOR_CPU) snprintf(d, sizeof d, "cuda:%d", dev);
+    return fail(m, STRATA_ESHAPE, "3D: %s must be a 2-D fp32 piece on the device of the others (%s)", what, d);
+  }
   return STRATA_OK;
 }
 
@@ -108,12 +114,14 @@ void par_mm3d_saved_free(tensor_ctx_t *tc, par_mm3d_saved_t *keep) {
 /* keep = X_il gathered along j and W_lj along i. */
 static int gather_xw(par_mm3d_t *m, tensor_ctx_t *tc, const tensor_t *x, const tensor_t *w, par_mm3d_saved_t *keep) {
   int rc, q = m->q;
-  if (keep->x.data && keep->x.shape[0] == x->shape[0] * q && keep->x.shape[1] == x->shape[1] && keep->w.data &&
-      keep->w.shape[0] == w->shape[0] * q && keep->w.shape[1] == w->shape[1]) {
+  if (keep->x.data && keep->x.device == x->device && keep->x.shape[0] == x->shape[0] * q &&
+      keep->x.shape[1] == x->shape[1] && keep->w.data && keep->w.shape[0] == w->shape[0] * q &&
+      keep->w.shape[1] == w->shape[1]) {
     /* the buffers of the last forward serve again */
   } else {
     par_mm3d_saved_free(tc, keep);
-    if ((rc = buf(m, tc, &keep->x, x->shape[0] * q, x->shape[1])) || (rc = buf(m, tc, &keep->w, w->shape[0] * q, w->shape[1])))
+    if ((rc = buf(m, tc, &keep->x, x->shape[0] * q, x->shape[1], x->device)) ||
+        (rc = buf(m, tc, &keep->w, w->shape[0] * q, w->shape[1], x->device)))
       return rc;
   }
   return (rc = gather(m, 1, &keep->x, x)) ? rc : gather(m, 0, &keep->w, w);
@@ -123,13 +131,15 @@ int par_mm3d_forward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *y, const t
                            par_mm3d_saved_t *keep) {
   if (!m || !tc || !keep) return STRATA_EINVAL;
   int rc, q = m->q;
-  if ((rc = check2(m, "x", x)) || (rc = check2(m, "w", w)) || (rc = check2(m, "y", y))) return rc;
+  if ((rc = check2(m, "x", x, x ? x->device : TENSOR_CPU)) || (rc = check2(m, "w", w, x->device)) ||
+      (rc = check2(m, "y", y, x->device)))
+    return rc;
   if (x->shape[1] != w->shape[0] * q || y->shape[0] != x->shape[0] || y->shape[1] != w->shape[1])
     return fail(m, STRATA_ESHAPE, "3D: pieces x %lld x %lld, w %lld x %lld, y %lld x %lld do not make a product",
                 (long long)x->shape[0], (long long)x->shape[1], (long long)w->shape[0], (long long)w->shape[1],
                 (long long)y->shape[0], (long long)y->shape[1]);
   tensor_t yc = {0};
-  if ((rc = gather_xw(m, tc, x, w, keep)) || (rc = buf(m, tc, &yc, y->shape[0] * q, y->shape[1]))) goto done;
+  if ((rc = gather_xw(m, tc, x, w, keep)) || (rc = buf(m, tc, &yc, y->shape[0] * q, y->shape[1], x->device))) goto done;
   if ((rc = tensor_matmul(tc, &yc, &keep->x, &keep->w, 0, 0, 1.f, 0.f))) {
     rc = fail(m, rc, "3D: %s", tensor_last_error(tc));
     goto done;
@@ -151,14 +161,17 @@ int par_mm3d_backward_saved(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tenso
                             const par_mm3d_saved_t *keep) {
   if (!m || !tc || !keep) return STRATA_EINVAL;
   int rc, q = m->q;
-  if ((rc = check2(m, "dy", dy)) || (rc = check2(m, "dx", dx)) || (rc = check2(m, "dw", dw)) ||
-      (rc = check2(m, "the saved x", &keep->x)) || (rc = check2(m, "the saved w", &keep->w)))
+  int dev = dy ? dy->device : TENSOR_CPU;
+  if ((rc = check2(m, "dy", dy, dev)) || (rc = check2(m, "dx", dx, dev)) || (rc = check2(m, "dw", dw, dev)) ||
+      (rc = check2(m, "the saved x", &keep->x, dev)) || (rc = check2(m, "the saved w", &keep->w, dev)))
     return rc;
   const tensor_t *xa = &keep->x, *wb = &keep->w;
   tensor_t gc = {0}, pa = {0}, pb = {0}, px = {0}, pw = {0};
-  if ((rc = buf(m, tc, &gc, dy->shape[0] * q, dy->shape[1])) || (rc = buf(m, tc, &pa, xa->shape[0], xa->shape[1])) ||
-      (rc = buf(m, tc, &pb, wb->shape[0], wb->shape[1])) || (rc = buf(m, tc, &px, dx->shape[0], dx->shape[1])) ||
-      (rc = buf(m, tc, &pw, dw->shape[0], dw->shape[1])) || (rc = gather(m, 2, &gc, dy)))
+  if ((rc = buf(m, tc, &gc, dy->shape[0] * q, dy->shape[1], dev)) ||
+      (rc = buf(m, tc, &pa, xa->shape[0], xa->shape[1], dev)) ||
+      (rc = buf(m, tc, &pb, wb->shape[0], wb->shape[1], dev)) ||
+      (rc = buf(m, tc, &px, dx->shape[0], dx->shape[1], dev)) ||
+      (rc = buf(m, tc, &pw, dw->shape[0], dw->shape[1], dev)) || (rc = gather(m, 2, &gc, dy)))
     goto done;
   /* dX_il = sum_j dY_ij W_lj^T (along j), dW_lj = sum_i X_il^T dY_ij (along i) */
   if ((rc = tensor_matmul(tc, &pa, &gc, wb, 0, 1, 1.f, 0.f)) || (rc = tensor_matmul(tc, &pb, xa, &gc, 1, 0, 1.f, 0.f))) {
@@ -176,7 +189,7 @@ int par_mm3d_backward(par_mm3d_t *m, tensor_ctx_t *tc, tensor_t *dx, tensor_t *d
                       const tensor_t *x, const tensor_t *w) {
   if (!m || !tc) return STRATA_EINVAL;
   int rc;
-  if ((rc = check2(m, "x", x)) || (rc = check2(m, "w", w))) return rc;
+  if ((rc = check2(m, "x", x, x ? x->device : TENSOR_CPU)) || (rc = check2(m, "w", w, x->device))) return rc;
   par_mm3d_saved_t keep = {0};
   if (!(rc = gather_xw(m, tc, x, w, &keep))) rc = par_mm3d_backward_saved(m, tc, dx, dw, dy, &keep);
   par_mm3d_saved_free(tc, &keep);

@@ -79,25 +79,32 @@ comm_t *par_summa_row(par_summa_t *s) { return s ? s->row : NULL; }
 comm_t *par_summa_col(par_summa_t *s) { return s ? s->col : NULL; }
 const char *par_summa_error(const par_summa_t *s) { return s ? s->err : ""; }
 
-static int check2(par_summa_t *s, const char *what, const tensor_t *t, int64_t r, int64_t c) {
-  if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != TENSOR_CPU || (r >= 0 && t->shape[0] != r) ||
-      (c >= 0 && t->shape[1] != c))
-    return fail(s, STRATA_ESHAPE, "SUMMA: %s must be a 2-D fp32 CPU block%s", what,
+/* A 2-D fp32 block on `dev` (the product's x's: the CPU or a CUDA device). */
+static int check2(par_summa_t *s, const char *what, const tensor_t *t, int64_t r, int64_t c, int dev) {
+  if (!t || t->ndim != 2 || t->dtype != TENSOR_F32 || t->device != dev || (r >= 0 && t->shape[0] != r) ||
+      (c >= 0 && t->shape[1] != c)) {
+    char d[32] = "cpu";
+    if (dev != TENSOR_CPU) snprintf(d, sizeof d, "cuda:%d", dev);
+    return fail(s, STRATA_ESHAPE, "SUMMA: %s must be a 2-D fp32 block on x's device (%s)%s", what, d,
                 r >= 0 || c >= 0 ? " of the shape its product needs" : "");
+  }
   return STRATA_OK;
 }
 
-/* A block buffer (counted by tc's accountant). */
-static int block(par_summa_t *s, tensor_ctx_t *tc, tensor_t *t, int64_t r, int64_t c) {
+/* A block buffer on `dev` (counted by tc's accountant; on a CUDA device
+ * from its caching allocator). */
+static int block(par_summa_t *s, tensor_ctx_t *tc, tensor_t *t, int64_t r, int64_t c, int dev) {
   int64_t sh[2] = {r, c};
-  int rc = tensor_alloc(tc, t, TENSOR_F32, TENSOR_CPU, 2, sh);
+  int rc = tensor_alloc(tc, t, TENSOR_F32, dev, 2, sh);
   return rc ? fail(s, rc, "SUMMA: %s", tensor_last_error(tc)) : STRATA_OK;
 }
 
-/* buf on every rank of g = src on its rank `root` (copied there first). */
-static int bcast(par_summa_t *s, comm_t *g, tensor_t *buf, const tensor_t *src, int root, int me) {
-  if (me == root) memcpy(buf->data, src->data, (size_t)tensor_numel(src) * sizeof(float));
-  int rc = comm_broadcast(g, buf->data, (size_t)tensor_numel(buf), COMM_F32, root);
+/* buf on every rank of g = src on its rank `root` (copied there first); on
+ * a device, through NCCL (libcomm sees the device pointer). */
+static int bcast(par_summa_t *s, tensor_ctx_t *tc, comm_t *g, tensor_t *buf, const tensor_t *src, int root, int me) {
+  int rc;
+  if (me == root && (rc = tensor_copy(tc, buf, src))) return fail(s, rc, "SUMMA: %s", tensor_last_error(tc));
+  rc = comm_broadcast(g, buf->data, (size_t)tensor_numel(buf), COMM_F32, root);
   return rc ? fail(s, rc, "SUMMA: %s", comm_last_error(g)) : STRATA_OK;
 }
 
@@ -114,14 +121,15 @@ static int reduce_add(par_summa_t *s, tensor_ctx_t *tc, comm_t *g, tensor_t *dst
 int par_summa_forward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *y, const tensor_t *x, const tensor_t *w) {
   if (!s || !tc) return STRATA_EINVAL;
   int rc;
-  if ((rc = check2(s, "x", x, -1, -1)) || (rc = check2(s, "w", w, x->shape[1], -1)) ||
-      (rc = check2(s, "y", y, x->shape[0], w->shape[1])))
+  if ((rc = check2(s, "x", x, -1, -1, x ? x->device : TENSOR_CPU))) return rc;
+  int dev = x->device; /* (every block on x's device) */
+  if ((rc = check2(s, "w", w, x->shape[1], -1, dev)) || (rc = check2(s, "y", y, x->shape[0], w->shape[1], dev)))
     return rc;
   tensor_t xb = {0}, wb = {0};
-  if ((rc = block(s, tc, &xb, x->shape[0], x->shape[1])) || (rc = block(s, tc, &wb, w->shape[0], w->shape[1])))
+  if ((rc = block(s, tc, &xb, x->shape[0], x->shape[1], dev)) || (rc = block(s, tc, &wb, w->shape[0], w->shape[1], dev)))
     goto done;
   for (int k = 0; k < s->q && !rc; k++) {
-    if ((rc = bcast(s, s->row, &xb, x, k, s->j)) || (rc = bcast(s, s->col, &wb, w, k, s->i))) break;
+    if ((rc = bcast(s, tc, s->row, &xb, x, k, s->j)) || (rc = bcast(s, tc, s->col, &wb, w, k, s->i))) break;
     if ((rc = tensor_matmul(tc, y, &xb, &wb, 0, 0, 1.f, k ? 1.f : 0.f)))
       rc = fail(s, rc, "SUMMA: %s", tensor_last_error(tc));
   }
@@ -134,17 +142,20 @@ int par_summa_backward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *dx, tensor_t 
                        const tensor_t *x, const tensor_t *w) {
   if (!s || !tc) return STRATA_EINVAL;
   int rc;
-  if ((rc = check2(s, "x", x, -1, -1)) || (rc = check2(s, "w", w, x->shape[1], -1)) ||
-      (rc = check2(s, "dy", dy, x->shape[0], w->shape[1])) || (dx && (rc = check2(s, "dx", dx, x->shape[0], x->shape[1]))) ||
-      (dw && (rc = check2(s, "dw", dw, w->shape[0], w->shape[1]))))
+  if ((rc = check2(s, "x", x, -1, -1, x ? x->device : TENSOR_CPU))) return rc;
+  int dev = x->device;
+  if ((rc = check2(s, "w", w, x->shape[1], -1, dev)) || (rc = check2(s, "dy", dy, x->shape[0], w->shape[1], dev)) ||
+      (dx && (rc = check2(s, "dx", dx, x->shape[0], x->shape[1], dev))) ||
+      (dw && (rc = check2(s, "dw", dw, w->shape[0], w->shape[1], dev))))
     return rc;
   tensor_t b = {0}, part = {0}, sum = {0}, acc = {0};
   if (dx) { /* dX_il += sum_j dY_ij W_lj^T */
-    if ((rc = block(s, tc, &b, w->shape[0], w->shape[1])) || (rc = block(s, tc, &part, x->shape[0], x->shape[1])) ||
-        (rc = block(s, tc, &sum, x->shape[0], x->shape[1])))
+    if ((rc = block(s, tc, &b, w->shape[0], w->shape[1], dev)) ||
+        (rc = block(s, tc, &part, x->shape[0], x->shape[1], dev)) ||
+        (rc = block(s, tc, &sum, x->shape[0], x->shape[1], dev)))
       goto done;
     for (int l = 0; l < s->q && !rc; l++) {
-      if ((rc = bcast(s, s->col, &b, w, l, s->i))) break;
+      if ((rc = bcast(s, tc, s->col, &b, w, l, s->i))) break;
       if ((rc = tensor_matmul(tc, &part, dy, &b, 0, 1, 1.f, 0.f))) {
         rc = fail(s, rc, "SUMMA: %s", tensor_last_error(tc));
         break;
@@ -154,13 +165,14 @@ int par_summa_backward(par_summa_t *s, tensor_ctx_t *tc, tensor_t *dx, tensor_t 
     tensor_free(tc, &b), tensor_free(tc, &part), tensor_free(tc, &sum);
   }
   if (dw && !rc) { /* dW_lj += sum_i X_il^T dY_ij (2.5D: this layer's rows, then summed over the layers) */
-    if ((rc = block(s, tc, &b, x->shape[0], x->shape[1])) || (rc = block(s, tc, &part, w->shape[0], w->shape[1])) ||
-        (rc = block(s, tc, &sum, w->shape[0], w->shape[1])) ||
-        (s->dep && (rc = block(s, tc, &acc, w->shape[0], w->shape[1]))))
+    if ((rc = block(s, tc, &b, x->shape[0], x->shape[1], dev)) ||
+        (rc = block(s, tc, &part, w->shape[0], w->shape[1], dev)) ||
+        (rc = block(s, tc, &sum, w->shape[0], w->shape[1], dev)) ||
+        (s->dep && (rc = block(s, tc, &acc, w->shape[0], w->shape[1], dev))))
       goto done;
     tensor_t *into = s->dep ? &acc : dw;
     for (int l = 0; l < s->q && !rc; l++) {
-      if ((rc = bcast(s, s->row, &b, x, l, s->j))) break;
+      if ((rc = bcast(s, tc, s->row, &b, x, l, s->j))) break;
       if ((rc = tensor_matmul(tc, &part, &b, dy, 1, 0, 1.f, 0.f))) {
         rc = fail(s, rc, "SUMMA: %s", tensor_last_error(tc));
         break;

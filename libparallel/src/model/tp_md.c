@@ -29,11 +29,11 @@ int gpt_md_create(par_gpt_t *m) {
   if (m->opts.tp_mode < PAR_TP_2D || m->opts.tp_mode > PAR_TP_3D)
     return gpt_seterr(NULL, STRATA_EINVAL, "par_gpt_create: tensor-parallel mode %d (0 1D, 1 2D, 2 2.5D, 3 3D)",
                       m->opts.tp_mode);
-  int rc = tpl_mesh_create(&m->md, m->tp, m->tc, (par_tp_mode_t)m->opts.tp_mode, depth, m->cfg.hidden, m->cfg.heads,
-                           err, sizeof err);
+  int rc = tpl_mesh_create(&m->md, m->tp, m->tc, m->device, (par_tp_mode_t)m->opts.tp_mode, depth, m->cfg.hidden,
+                           m->cfg.heads, err, sizeof err);
   if (rc) return gpt_seterr(NULL, rc, "par_gpt_create: %s", err);
   int64_t n = ((int64_t)m->cfg.vocab + m->cfg.seq + 2) * m->md->acols;
-  if ((rc = tensor_alloc(m->tc, &m->md_embg, TENSOR_F32, TENSOR_CPU, 1, &n)))
+  if ((rc = tensor_alloc(m->tc, &m->md_embg, TENSOR_F32, m->device, 1, &n)))
     return gpt_seterr(NULL, rc, "par_gpt_create: %s", tensor_last_error(m->tc));
   return STRATA_OK;
 }
@@ -86,9 +86,9 @@ int gpt_md_prepare(par_gpt_t *m, int B, int T) {
     if (!m->x || !m->acts || !m->tacts || !m->host_losses || !m->host_ids)
       return gpt_seterr(m, STRATA_ENOMEM, "par_gpt: activation tables for %lld tokens", (long long)R);
     int64_t acts_n = (L + 2) * rows * A + 4 * rows + rows * V, ids_n = 2 * R, g_n = 2 * rows * A + rows * V;
-    if ((rc = tensor_alloc(m->tc, &m->act_store, TENSOR_F32, TENSOR_CPU, 1, &acts_n)) ||
-        (rc = tensor_alloc(m->tc, &m->ids_store, TENSOR_I32, TENSOR_CPU, 1, &ids_n)) ||
-        (rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, TENSOR_CPU, 1, &g_n)))
+    if ((rc = tensor_alloc(m->tc, &m->act_store, TENSOR_F32, m->device, 1, &acts_n)) ||
+        (rc = tensor_alloc(m->tc, &m->ids_store, TENSOR_I32, m->device, 1, &ids_n)) ||
+        (rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, m->device, 1, &g_n)))
       return gpt_seterr(m, rc, "par_gpt: activations for B*T = %lld tokens: %s", (long long)R, tensor_last_error(m->tc));
     for (int k = 0; k < nsets; k++)
       if ((rc = tpl_acts_prepare(M, &m->tacts[k], rows))) return md_err(m, rc);
@@ -96,8 +96,8 @@ int gpt_md_prepare(par_gpt_t *m, int B, int T) {
     m->scratch_layer = -1;
   }
   float *p = m->act_store.data;
-#define V2(t, r, c) (t) = tensor_view2(p, TENSOR_F32, TENSOR_CPU, (r), (c)), p += (r) * (c)
-#define V1(t, r) (t) = tensor_view1(p, TENSOR_F32, TENSOR_CPU, (r)), p += (r)
+#define V2(t, r, c) (t) = tensor_view2(p, TENSOR_F32, m->device, (r), (c)), p += (r) * (c)
+#define V1(t, r) (t) = tensor_view1(p, TENSOR_F32, m->device, (r)), p += (r)
   for (int l = 0; l <= L; l++) V2(m->x[l], rows, A);
   V2(m->lnf_out, rows, A), V1(m->lnf_mean, rows), V1(m->lnf_rstd, rows), V2(m->logits, rows, V);
   V1(m->losses, rows), V1(m->lse, rows);
@@ -106,20 +106,20 @@ int gpt_md_prepare(par_gpt_t *m, int B, int T) {
 #undef V2
 #undef V1
   int32_t *ids = m->ids_store.data;
-  m->tokens = tensor_view2(ids, TENSOR_I32, TENSOR_CPU, B, T);
-  m->targets = tensor_view2(ids + m->cap_bt, TENSOR_I32, TENSOR_CPU, B, T);
+  m->tokens = tensor_view2(ids, TENSOR_I32, m->device, B, T);
+  m->targets = tensor_view2(ids + m->cap_bt, TENSOR_I32, m->device, B, T);
   m->B = B, m->T = T, m->md_row0 = row0;
   return STRATA_OK;
 }
 
 /* This rank's sequences of a (B, T) id table. */
 static tensor_t my_ids(par_gpt_t *m, const tensor_t *ids) {
-  return tensor_view2((int32_t *)ids->data + m->md_row0, TENSOR_I32, TENSOR_CPU, m->md_rows / m->T, m->T);
+  return tensor_view2((int32_t *)ids->data + m->md_row0, TENSOR_I32, m->device, m->md_rows / m->T, m->T);
 }
 
 int gpt_md_embed_forward(par_gpt_t *m, tensor_t *out) {
   tensor_t ids = my_ids(m, &m->tokens);
-  tensor_t o = tensor_view3(out->data, TENSOR_F32, TENSOR_CPU, m->md_rows / m->T, m->T, m->md->acols);
+  tensor_t o = tensor_view3(out->data, TENSOR_F32, m->device, m->md_rows / m->T, m->T, m->md->acols);
   int rc = tensor_embedding_forward(m->tc, &o, &ids, &m->wte, &m->wpe);
   return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
 }
@@ -131,7 +131,7 @@ static int replicas_sum(par_gpt_t *m, float *part, int64_t n, tensor_t *dst) {
   int rc;
   for (int a = 0; a < 2; a++)
     if ((rc = tpl_allreduce(M, M->rep[0][a], part, n))) return md_err(m, rc);
-  tensor_t g = tensor_view1(part, TENSOR_F32, TENSOR_CPU, n), d = tensor_view1(dst->data, TENSOR_F32, TENSOR_CPU, n);
+  tensor_t g = tensor_view1(part, TENSOR_F32, m->device, n), d = tensor_view1(dst->data, TENSOR_F32, m->device, n);
   rc = tensor_add_forward(m->tc, &d, &d, &g);
   return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
 }
@@ -139,9 +139,9 @@ static int replicas_sum(par_gpt_t *m, float *part, int64_t n, tensor_t *dst) {
 int gpt_md_embed_backward(par_gpt_t *m) {
   int64_t A = m->md->acols, V = m->cfg.vocab, Tm = m->cfg.seq;
   tensor_t ids = my_ids(m, &m->tokens);
-  tensor_t d = tensor_view3(m->dres.data, TENSOR_F32, TENSOR_CPU, m->md_rows / m->T, m->T, A);
-  tensor_t gte = tensor_view2(embg_at(m, 0), TENSOR_F32, TENSOR_CPU, V, A),
-           gpe = tensor_view2(embg_at(m, 1), TENSOR_F32, TENSOR_CPU, Tm, A);
+  tensor_t d = tensor_view3(m->dres.data, TENSOR_F32, m->device, m->md_rows / m->T, m->T, A);
+  tensor_t gte = tensor_view2(embg_at(m, 0), TENSOR_F32, m->device, V, A),
+           gpe = tensor_view2(embg_at(m, 1), TENSOR_F32, m->device, Tm, A);
   int rc = tensor_embedding_backward(m->tc, &gte, &gpe, &d, &ids); /* (the head's part of wte is there) */
   if (rc) return gpt_tensor_err(m, rc);
   if ((rc = replicas_sum(m, embg_at(m, 0), V * A, &m->dwte))) return rc;
@@ -172,8 +172,7 @@ int gpt_md_block_backward(par_gpt_t *m, int l, int set, const tensor_t *x) {
   block_params(m, l, &P);
   int rc = tpl_block_backward(m->md, &P, &m->tacts[set], &m->dln, &m->dres, x, m->T);
   if (rc) return md_err(m, rc);
-  memcpy(m->dres.data, m->dln.data, sizeof(float) * (size_t)tensor_numel(&m->dres));
-  return STRATA_OK;
+  return (rc = tensor_copy(m->tc, &m->dres, &m->dln)) ? gpt_tensor_err(m, rc) : STRATA_OK;
 }
 
 /* Targets counted over the whole batch (every rank has it). */
@@ -191,11 +190,14 @@ int gpt_md_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *l
   if ((rc = tensor_matmul(m->tc, &m->logits, &m->lnf_out, &m->wte, 0, 1, 1.f, 0.f))) return gpt_tensor_err(m, rc);
   if ((rc = tpl_allreduce(M, M->hid, m->logits.data, tensor_numel(&m->logits)))) return md_err(m, rc);
   if (!with_loss) return STRATA_OK;
-  tensor_t tg = tensor_view1((int32_t *)m->targets.data + m->md_row0, TENSOR_I32, TENSOR_CPU, rows);
+  tensor_t tg = tensor_view1((int32_t *)m->targets.data + m->md_row0, TENSOR_I32, m->device, rows);
   if ((rc = tensor_xent_forward(m->tc, &m->losses, &m->lse, &m->logits, &tg))) return gpt_tensor_err(m, rc);
+  /* the rows' losses to the host (on a device the step's one copy back, as the other layouts'), summed there */
+  tensor_t hl = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, rows);
+  if ((rc = tensor_copy(m->tc, &hl, &m->losses))) return gpt_tensor_err(m, rc);
   float sum = 0;
   for (int64_t r = 0; r < rows; r++)
-    if (m->host_ids[m->md_row0 + r] >= 0) sum += ((float *)m->losses.data)[r];
+    if (m->host_ids[m->md_row0 + r] >= 0) sum += m->host_losses[r];
   for (int a = 0; a < 2; a++) /* over the ranks that hold the other rows */
     if ((rc = tpl_allreduce(M, M->rep[0][a], &sum, 1))) return md_err(m, rc);
   int64_t n = targets_counted(m);
@@ -206,16 +208,17 @@ int gpt_md_head_forward(par_gpt_t *m, const tensor_t *x, int with_loss, float *l
 int gpt_md_head_backward(par_gpt_t *m, const tensor_t *x) {
   tpl_mesh_t *M = m->md;
   int64_t rows = m->md_rows, A = M->acols, V = m->cfg.vocab, n = targets_counted(m);
-  tensor_t tg = tensor_view1((int32_t *)m->targets.data + m->md_row0, TENSOR_I32, TENSOR_CPU, rows);
-  tensor_t gte = tensor_view2(embg_at(m, 0), TENSOR_F32, TENSOR_CPU, V, A);
+  tensor_t tg = tensor_view1((int32_t *)m->targets.data + m->md_row0, TENSOR_I32, m->device, rows);
+  tensor_t gte = tensor_view2(embg_at(m, 0), TENSOR_F32, m->device, V, A);
   int rc;
   if ((rc = tensor_zero(m->tc, &m->md_embg)) || (rc = tensor_zero(m->tc, &m->dlogits)) ||
       (rc = tensor_xent_backward(m->tc, &m->dlogits, &m->logits, &m->lse, &tg, n ? m->loss_scale / (float)n : 0.f)) ||
       (rc = tensor_matmul(m->tc, &m->dln, &m->dlogits, &m->wte, 0, 0, 1.f, 0.f)) ||
       (rc = tensor_matmul(m->tc, &gte, &m->dlogits, &m->lnf_out, 1, 0, 1.f, 1.f)) || (rc = tensor_zero(m->tc, &m->dres)))
     return gpt_tensor_err(m, rc);
-  if ((rc = tpl_ln_backward(M, &m->dres, embg_at(m, 2), embg_at(m, 3), &m->dln, x, &m->lnf_mean, &m->lnf_rstd,
-                            &m->lnf.w)))
+  tensor_t dgw = tensor_view1(embg_at(m, 2), TENSOR_F32, m->device, A),
+           dgb = tensor_view1(embg_at(m, 3), TENSOR_F32, m->device, A);
+  if ((rc = tpl_ln_backward(M, &m->dres, &dgw, &dgb, &m->dln, x, &m->lnf_mean, &m->lnf_rstd, &m->lnf.w)))
     return md_err(m, rc);
   /* the final layernorm's gradients now (its region is complete); wte's with the embedding's */
   if ((rc = replicas_sum(m, embg_at(m, 2), A, &m->lnf.dw))) return rc;

@@ -32,6 +32,7 @@ typedef struct {
 
 typedef struct tpl_mesh {
   par_tp_mode_t mode;
+  int dev; /* where every buffer lives: TENSOR_CPU or a CUDA device (collectives then through NCCL) */
   int depth, q, md; /* md: the heads' and the products' width divisor (1D tp, else q) */
   tensor_ctx_t *tc;
   comm_t *tp, *aux;        /* 1D's group; a duplicate for whole-tensor gathers (uncounted) */
@@ -64,10 +65,11 @@ typedef struct {
   tensor_t p[TPL_NPARAM], g[TPL_NPARAM];
 } tpl_params_t;
 
-/* The mesh of mode over c for a model of `hidden` and `heads` (a shape the
+/* The mesh of mode over c for a model of `hidden` and `heads`, its
+ * buffers on `device` (TENSOR_CPU or a CUDA ordinal; tc's) (a shape the
  * mode cannot cut: STRATA_EINVAL naming the value, in err). Collective. */
-int tpl_mesh_create(tpl_mesh_t **out, comm_t *c, tensor_ctx_t *tc, par_tp_mode_t mode, int depth, int64_t hidden,
-                    int64_t heads, char *err, size_t errlen);
+int tpl_mesh_create(tpl_mesh_t **out, comm_t *c, tensor_ctx_t *tc, int device, par_tp_mode_t mode, int depth,
+                    int64_t hidden, int64_t heads, char *err, size_t errlen);
 void tpl_mesh_destroy(tpl_mesh_t *M);
 /* This rank's rows of a batch of B sequences of T (whole sequences: B must
  * divide over the row split, else STRATA_EINVAL naming B); sizes the
@@ -80,9 +82,9 @@ void tpl_param_shape(const tpl_mesh_t *M, int i, int64_t *rows, int64_t *cols);
 /* Whole-tensor offset of element (n, k) of a part of geometry g (K the
  * whole's columns; 1 for a vector). */
 int64_t tpl_whole_at(const tpl_geom_t *g, int64_t n, int64_t k, int64_t K);
-/* dst = this rank's part of the whole tensor `name` (N x K, or N when K is
- * 0) drawn by global index: normal(0, std) values of (seed, name), or the
- * constant `fill` when std is 0. */
+/* dst (on the mesh's device) = this rank's part of the whole tensor `name`
+ * (N x K, or N when K is 0) drawn by global index: normal(0, std) values of
+ * (seed, name), or the constant `fill` when std is 0. */
 int tpl_init_part(tpl_mesh_t *M, const tpl_geom_t *g, const char *name, uint64_t seed, int64_t N, int64_t K, float std,
                   float fill, float *dst);
 
@@ -94,15 +96,17 @@ int tpl_block_backward(tpl_mesh_t *M, tpl_params_t *P, tpl_acts_t *a, tensor_t *
                        const tensor_t *x, int64_t T);
 
 /* The partitioned layernorm over this rank's columns (rows statistics
- * summed over M->hid); backward adds to din and to dgw, dgb (this rank's
- * partial sums over its rows). */
+ * summed over M->hid; libtensor's tensor_layernorm_split_*); backward adds
+ * to din and to dgw, dgb (A floats: this rank's partial sums over its
+ * rows). */
 int tpl_ln_forward(tpl_mesh_t *M, tensor_t *out, tensor_t *mean, tensor_t *rstd, const tensor_t *in, const tensor_t *w,
                    const tensor_t *b);
-int tpl_ln_backward(tpl_mesh_t *M, tensor_t *din, float *dgw, float *dgb, const tensor_t *dout, const tensor_t *in,
-                    const tensor_t *mean, const tensor_t *rstd, const tensor_t *w);
+int tpl_ln_backward(tpl_mesh_t *M, tensor_t *din, tensor_t *dgw, tensor_t *dgb, const tensor_t *dout,
+                    const tensor_t *in, const tensor_t *mean, const tensor_t *rstd, const tensor_t *w);
 /* Bytes sent and received on every group of the mesh (libcomm's counters). */
 void tpl_traffic(const tpl_mesh_t *M, uint64_t *sent, uint64_t *recv);
-/* buf summed over g (nothing when g is NULL or alone). */
+/* buf (n floats on the mesh's device) summed over g (nothing when g is
+ * NULL or alone). */
 int tpl_allreduce(tpl_mesh_t *M, comm_t *g, float *buf, int64_t n);
 int tpl_fail(tpl_mesh_t *M, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -121,7 +121,7 @@ static void set_geometry(tpl_mesh_t *M, coords_t k) {
 
 static int alloc2(tpl_mesh_t *M, tensor_t *t, int64_t r, int64_t c) {
   int64_t s[2] = {r, c};
-  int rc = tensor_alloc(M->tc, t, TENSOR_F32, TENSOR_CPU, c ? 2 : 1, s);
+  int rc = tensor_alloc(M->tc, t, TENSOR_F32, M->dev, c ? 2 : 1, s);
   if (!rc) rc = tensor_zero(M->tc, t);
   return rc ? tfail(M, rc) : STRATA_OK;
 }
@@ -219,14 +219,14 @@ static int build(tpl_mesh_t *M, comm_t *c, int64_t C, int64_t heads) {
   return count_partners(M);
 }
 
-int tpl_mesh_create(tpl_mesh_t **out, comm_t *c, tensor_ctx_t *tc, par_tp_mode_t mode, int depth, int64_t hidden,
-                    int64_t heads, char *err, size_t errlen) {
+int tpl_mesh_create(tpl_mesh_t **out, comm_t *c, tensor_ctx_t *tc, int device, par_tp_mode_t mode, int depth,
+                    int64_t hidden, int64_t heads, char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
   if (!out || !c || !tc) return STRATA_EINVAL;
   *out = NULL;
   tpl_mesh_t *M = calloc(1, sizeof *M);
   if (!M) return STRATA_ENOMEM;
-  M->mode = mode, M->depth = depth ? depth : 1, M->tc = tc;
+  M->mode = mode, M->depth = depth ? depth : 1, M->tc = tc, M->dev = device;
   int rc = build(M, c, hidden, heads);
   if (rc) {
     if (err && errlen) snprintf(err, errlen, "%s", M->err);
@@ -304,7 +304,7 @@ int tpl_init_part(tpl_mesh_t *M, const tpl_geom_t *g, const char *name, uint64_t
                   float fill, float *dst) {
   int64_t kn = K ? g->kn : 1, sh[2] = {g->nn, kn};
   for (int part = 0; part < g->parts; part++) {
-    tensor_t t = tensor_view(dst + (int64_t)part * g->nn * kn, TENSOR_F32, TENSOR_CPU, K ? 2 : 1, sh);
+    tensor_t t = tensor_view(dst + (int64_t)part * g->nn * kn, TENSOR_F32, M->dev, K ? 2 : 1, sh);
     tensor_slice_t sl = {.ndim = K ? 2 : 1, .shape = {N, K}, .start = {part * g->np + g->n0, g->k0}};
     int rc = std > 0 ? tensor_fill_normal(M->tc, &t, seed, name, &sl, 0.f, std) : tensor_fill(M->tc, &t, fill);
     if (rc) return tfail(M, rc);
@@ -322,78 +322,43 @@ int tpl_allreduce(tpl_mesh_t *M, comm_t *g, float *buf, int64_t n) {
 
 /* Layernorm of the rows of this rank's columns, the statistics of each row
  * summed over M->hid: the mean, then the variance about it (two passes, as
- * a whole row's layernorm computes them). */
+ * a whole row's layernorm computes them); libtensor's split layernorm does
+ * the work between the sums, on the CPU or the device. */
 int tpl_ln_forward(tpl_mesh_t *M, tensor_t *out, tensor_t *mean, tensor_t *rstd, const tensor_t *in, const tensor_t *w,
                    const tensor_t *b) {
-  int64_t A = M->acols, R = tensor_numel(in) / A;
-  const float *x = in->data, *gw = w->data, *gb = b->data;
-  float *y = out->data, *mu = mean->data, *rs = rstd->data;
   int rc;
-  for (int64_t r = 0; r < R; r++) {
-    double s = 0;
-    for (int64_t c = 0; c < A; c++) s += x[r * A + c];
-    mu[r] = (float)s;
-  }
-  if ((rc = tpl_allreduce(M, M->hid, mu, R))) return rc;
-  for (int64_t r = 0; r < R; r++) {
-    mu[r] /= (float)M->C;
-    double s = 0;
-    for (int64_t c = 0; c < A; c++) {
-      double d = x[r * A + c] - mu[r];
-      s += d * d;
-    }
-    rs[r] = (float)s;
-  }
-  if ((rc = tpl_allreduce(M, M->hid, rs, R))) return rc;
-  for (int64_t r = 0; r < R; r++) {
-    rs[r] = 1.f / sqrtf(rs[r] / (float)M->C + LN_EPS);
-    for (int64_t c = 0; c < A; c++) y[r * A + c] = (x[r * A + c] - mu[r]) * rs[r] * gw[c] + gb[c];
+  int64_t R = tensor_numel(in) / M->acols;
+  for (int phase = 0; phase < 3; phase++) {
+    if ((rc = tensor_layernorm_split_forward(M->tc, out, mean, rstd, in, w, b, M->C, LN_EPS, phase)))
+      return tfail(M, rc);
+    if (phase < 2 && (rc = tpl_allreduce(M, M->hid, phase ? rstd->data : mean->data, R))) return rc;
   }
   return STRATA_OK;
 }
 
 /* din += the layernorm's backward (Ba et al.: dx = rstd (dxhat - mean(dxhat)
  * - xhat mean(dxhat xhat)), the two means over the whole row, summed over
- * M->hid); dgw, dgb += this rank's rows' part of the parameters' gradients. */
-int tpl_ln_backward(tpl_mesh_t *M, tensor_t *din, float *dgw, float *dgb, const tensor_t *dout, const tensor_t *in,
-                    const tensor_t *mean, const tensor_t *rstd, const tensor_t *w) {
-  int64_t A = M->acols, R = tensor_numel(in) / A;
-  const float *x = in->data, *dy = dout->data, *mu = mean->data, *rs = rstd->data, *gw = w->data;
-  float *dx = din->data, *st = M->stats.data;
+ * M->hid); dgw, dgb += this rank's rows' part of the parameters' gradients
+ * (views of A floats on the mesh's device). */
+int tpl_ln_backward(tpl_mesh_t *M, tensor_t *din, tensor_t *dgw, tensor_t *dgb, const tensor_t *dout,
+                    const tensor_t *in, const tensor_t *mean, const tensor_t *rstd, const tensor_t *w) {
+  int64_t R = tensor_numel(in) / M->acols;
   if (tensor_numel(&M->stats) < 2 * R) return tpl_fail(M, STRATA_ESTATE, "tensor-parallel layer: not prepared");
-  for (int64_t r = 0; r < R; r++) {
-    double a = 0, b = 0;
-    for (int64_t c = 0; c < A; c++) {
-      float xh = (x[r * A + c] - mu[r]) * rs[r], g = dy[r * A + c] * gw[c];
-      a += g, b += g * xh;
-      dgw[c] += dy[r * A + c] * xh, dgb[c] += dy[r * A + c];
-    }
-    st[2 * r] = (float)a, st[2 * r + 1] = (float)b;
-  }
-  int rc = tpl_allreduce(M, M->hid, st, 2 * R);
-  if (rc) return rc;
-  float inv = 1.f / (float)M->C;
-  for (int64_t r = 0; r < R; r++)
-    for (int64_t c = 0; c < A; c++) {
-      float xh = (x[r * A + c] - mu[r]) * rs[r], g = dy[r * A + c] * gw[c];
-      dx[r * A + c] += rs[r] * (g - st[2 * r] * inv - xh * st[2 * r + 1] * inv);
-    }
+  tensor_t st = tensor_view1(M->stats.data, TENSOR_F32, M->dev, 2 * R);
+  int rc = tensor_layernorm_split_backward(M->tc, NULL, dgw, dgb, &st, dout, in, w, mean, rstd, M->C, 0);
+  if (rc) return tfail(M, rc);
+  if ((rc = tpl_allreduce(M, M->hid, st.data, 2 * R))) return rc;
+  if ((rc = tensor_layernorm_split_backward(M->tc, din, NULL, NULL, &st, dout, in, w, mean, rstd, M->C, 1)))
+    return tfail(M, rc);
   return STRATA_OK;
 }
 
-/* dst (c x r) = src (r x c) transposed. */
-static void transpose(float *dst, const float *src, int64_t r, int64_t c) {
-  for (int64_t i0 = 0; i0 < r; i0 += 32)
-    for (int64_t j0 = 0; j0 < c; j0 += 32)
-      for (int64_t i = i0; i < r && i < i0 + 32; i++)
-        for (int64_t j = j0; j < c && j < j0 + 32; j++) dst[j * r + i] = src[i * c + j];
-}
-
 /* The K x N block the 2D and 3D products take, of weight w (N x K) into M->wt. */
-static tensor_t weight_kn(tpl_mesh_t *M, const tensor_t *w) {
+static int weight_kn(tpl_mesh_t *M, const tensor_t *w, tensor_t *wk) {
   int64_t N = w->shape[0], K = w->shape[1];
-  transpose(M->wt.data, w->data, N, K);
-  return tensor_view2(M->wt.data, TENSOR_F32, TENSOR_CPU, K, N);
+  *wk = tensor_view2(M->wt.data, TENSOR_F32, M->dev, K, N);
+  int rc = tensor_transpose(M->tc, wk, w, 0);
+  return rc ? tfail(M, rc) : STRATA_OK;
 }
 
 /* y = product t of x, plus its bias. */
@@ -407,13 +372,15 @@ static int lin_forward(tpl_mesh_t *M, const tpl_params_t *P, tpl_acts_t *a, int 
     break;
   case PAR_TP_2D:
   case PAR_TP_2P5D: {
-    tensor_t wk = weight_kn(M, w);
+    tensor_t wk;
+    if ((rc = weight_kn(M, w, &wk))) return rc;
     if ((rc = par_summa_forward(M->summa, M->tc, y, x, &wk))) return tpl_fail(M, rc, "%s", par_summa_error(M->summa));
     break;
   }
   case PAR_TP_3D: {
     par_mm3d_t *m = t & 1 ? M->m2 : M->m1;
-    tensor_t wk = weight_kn(M, w);
+    tensor_t wk;
+    if ((rc = weight_kn(M, w, &wk))) return rc;
     if ((rc = par_mm3d_forward_saved(m, M->tc, y, x, &wk, &a->keep[t]))) return tpl_fail(M, rc, "%s", par_mm3d_error(m));
     break;
   }
@@ -435,24 +402,23 @@ static int lin_backward(tpl_mesh_t *M, tpl_params_t *P, tpl_acts_t *a, int t, te
       return tfail(M, rc);
     if (!(t & 1) && (rc = tpl_allreduce(M, M->tp, dx->data, tensor_numel(dx)))) return rc;
   } else { /* the products' K x N gradient into dwt, added to dW transposed */
-    tensor_t dwk = tensor_view2(M->dwt.data, TENSOR_F32, TENSOR_CPU, K, N);
+    tensor_t dwk = tensor_view2(M->dwt.data, TENSOR_F32, M->dev, K, N);
     if ((rc = tensor_zero(M->tc, &dwk))) return tfail(M, rc);
     if (M->mode == PAR_TP_3D) {
       par_mm3d_t *m = t & 1 ? M->m2 : M->m1;
       if ((rc = par_mm3d_backward_saved(m, M->tc, dx, &dwk, dy, &a->keep[t])))
         return tpl_fail(M, rc, "%s", par_mm3d_error(m));
     } else {
-      tensor_t wk = weight_kn(M, w);
+      tensor_t wk;
+      if ((rc = weight_kn(M, w, &wk))) return rc;
       if ((rc = par_summa_backward(M->summa, M->tc, dx, &dwk, dy, x, &wk)))
         return tpl_fail(M, rc, "%s", par_summa_error(M->summa));
     }
-    float *d = dw->data;
-    const float *s = M->dwt.data;
-    for (int64_t n = 0; n < N; n++)
-      for (int64_t k = 0; k < K; k++) d[n * K + k] += s[k * N + n];
+    tensor_t dwn = tensor_view2(dw->data, TENSOR_F32, M->dev, N, K);
+    if ((rc = tensor_transpose(M->tc, &dwn, &dwk, 1))) return tfail(M, rc);
   }
   const tpl_geom_t *g = &M->g[wi + 1];
-  tensor_t db = tensor_view1((float *)M->gvec.data + M->voff[wi + 1], TENSOR_F32, TENSOR_CPU, g->parts * g->nn);
+  tensor_t db = tensor_view1((float *)M->gvec.data + M->voff[wi + 1], TENSOR_F32, M->dev, g->parts * g->nn);
   if ((rc = tensor_bias_add_backward(M->tc, NULL, &db, dy))) return tfail(M, rc);
   return STRATA_OK;
 }
@@ -460,15 +426,19 @@ static int lin_backward(tpl_mesh_t *M, tpl_params_t *P, tpl_acts_t *a, int t, te
 /* (B, T, width) views of a rows x width block for attention. */
 static tensor_t seqs(const tensor_t *t, int64_t rows, int64_t T, int64_t width) {
   int64_t s[3] = {rows / T, T, width};
-  return tensor_view(t->data, TENSOR_F32, TENSOR_CPU, 3, s);
+  return tensor_view(t->data, TENSOR_F32, t->device, 3, s);
 }
 
 static int check_rows(tpl_mesh_t *M, const tpl_acts_t *a, const char *what, const tensor_t *t, int64_t T) {
-  if (!t || t->dtype != TENSOR_F32 || t->device != TENSOR_CPU || a->rows > M->rows || T < 1 || a->rows % T ||
-      tensor_numel(t) != a->rows * M->acols)
+  if (!t || t->dtype != TENSOR_F32 || t->device != M->dev || a->rows > M->rows || T < 1 || a->rows % T ||
+      tensor_numel(t) != a->rows * M->acols) {
+    char d[32] = "cpu";
+    if (M->dev != TENSOR_CPU) snprintf(d, sizeof d, "cuda:%d", M->dev);
     return tpl_fail(M, STRATA_ESHAPE,
-                    "tensor-parallel layer: %s must be this rank's fp32 CPU block of %lld x %lld (sequences of %lld)",
-                    what, (long long)a->rows, (long long)M->acols, (long long)T);
+                    "tensor-parallel layer: %s must be this rank's fp32 block of %lld x %lld (sequences of %lld) on "
+                    "the layer's device (%s)",
+                    what, (long long)a->rows, (long long)M->acols, (long long)T, d);
+  }
   return STRATA_OK;
 }
 
@@ -479,10 +449,10 @@ int tpl_block_forward(tpl_mesh_t *M, const tpl_params_t *P, tpl_acts_t *a, tenso
   int64_t w1 = M->C / M->md, R = a->rows;
   tensor_t q3 = seqs(&a->qkv, R, T, 3 * w1), a3 = seqs(&a->atty, R, T, w1);
   int64_t ls[3] = {R / T, M->hl, T};
-  tensor_t lse = tensor_view(a->lse.data, TENSOR_F32, TENSOR_CPU, 3, ls);
-  tensor_t xv = tensor_view2(x->data, TENSOR_F32, TENSOR_CPU, R, M->acols);
-  tensor_t yv = tensor_view2(y->data, TENSOR_F32, TENSOR_CPU, R, M->acols);
-  tensor_t tmp = tensor_view2(M->tmp.data, TENSOR_F32, TENSOR_CPU, R, M->acols);
+  tensor_t lse = tensor_view(a->lse.data, TENSOR_F32, M->dev, 3, ls);
+  tensor_t xv = tensor_view2(x->data, TENSOR_F32, M->dev, R, M->acols);
+  tensor_t yv = tensor_view2(y->data, TENSOR_F32, M->dev, R, M->acols);
+  tensor_t tmp = tensor_view2(M->tmp.data, TENSOR_F32, M->dev, R, M->acols);
   if ((rc = tpl_ln_forward(M, &a->ln1, &a->mean1, &a->rstd1, &xv, &P->p[TPL_LN1W], &P->p[TPL_LN1B])) ||
       (rc = lin_forward(M, P, a, 0, &a->qkv, &a->ln1)))
     return rc;
@@ -508,7 +478,7 @@ static int vector_grads(tpl_mesh_t *M, tpl_params_t *P) {
       if ((rc = tpl_allreduce(M, M->rep[pk][a], v + (pk ? M->packlen[0] : 0), M->packlen[pk]))) return rc;
   for (int i = 0; i < TPL_NPARAM; i++) {
     if (is_weight(i)) continue;
-    tensor_t g = tensor_view1(v + M->voff[i], TENSOR_F32, TENSOR_CPU, tensor_numel(&P->g[i]));
+    tensor_t g = tensor_view1(v + M->voff[i], TENSOR_F32, M->dev, tensor_numel(&P->g[i]));
     if ((rc = tensor_add_forward(M->tc, &P->g[i], &P->g[i], &g))) return tfail(M, rc);
   }
   return STRATA_OK;
@@ -521,36 +491,37 @@ int tpl_block_backward(tpl_mesh_t *M, tpl_params_t *P, tpl_acts_t *a, tensor_t *
     return rc;
   tensor_ctx_t *tc = M->tc;
   int64_t R = a->rows, A = M->acols, w1 = M->C / M->md;
-  tensor_t dyv = tensor_view2(dy->data, TENSOR_F32, TENSOR_CPU, R, A),
-           dxv = tensor_view2(dx->data, TENSOR_F32, TENSOR_CPU, R, A),
-           xv = tensor_view2(x->data, TENSOR_F32, TENSOR_CPU, R, A);
-  tensor_t dres = tensor_view2(M->dres.data, TENSOR_F32, TENSOR_CPU, R, A),
-           dln = tensor_view2(M->dln.data, TENSOR_F32, TENSOR_CPU, R, A),
-           dgel = tensor_view2(M->dgel.data, TENSOR_F32, TENSOR_CPU, R, 4 * w1),
-           dfch = tensor_view2(M->dfch.data, TENSOR_F32, TENSOR_CPU, R, 4 * w1),
-           dqkv = tensor_view2(M->dqkv.data, TENSOR_F32, TENSOR_CPU, R, 3 * w1),
-           datty = tensor_view2(M->datty.data, TENSOR_F32, TENSOR_CPU, R, w1);
+  tensor_t dyv = tensor_view2(dy->data, TENSOR_F32, M->dev, R, A),
+           dxv = tensor_view2(dx->data, TENSOR_F32, M->dev, R, A),
+           xv = tensor_view2(x->data, TENSOR_F32, M->dev, R, A);
+  tensor_t dres = tensor_view2(M->dres.data, TENSOR_F32, M->dev, R, A),
+           dln = tensor_view2(M->dln.data, TENSOR_F32, M->dev, R, A),
+           dgel = tensor_view2(M->dgel.data, TENSOR_F32, M->dev, R, 4 * w1),
+           dfch = tensor_view2(M->dfch.data, TENSOR_F32, M->dev, R, 4 * w1),
+           dqkv = tensor_view2(M->dqkv.data, TENSOR_F32, M->dev, R, 3 * w1),
+           datty = tensor_view2(M->datty.data, TENSOR_F32, M->dev, R, w1);
   tensor_t q3 = seqs(&a->qkv, R, T, 3 * w1), dq3 = seqs(&dqkv, R, T, 3 * w1), a3 = seqs(&a->atty, R, T, w1),
            da3 = seqs(&datty, R, T, w1);
   int64_t ls[3] = {R / T, M->hl, T};
-  tensor_t lse = tensor_view(a->lse.data, TENSOR_F32, TENSOR_CPU, 3, ls);
+  tensor_t lse = tensor_view(a->lse.data, TENSOR_F32, M->dev, 3, ls);
   float *gv = M->gvec.data;
+  tensor_t lnw1 = tensor_view1(gv + M->voff[TPL_LN1W], TENSOR_F32, M->dev, A),
+           lnb1 = tensor_view1(gv + M->voff[TPL_LN1B], TENSOR_F32, M->dev, A),
+           lnw2 = tensor_view1(gv + M->voff[TPL_LN2W], TENSOR_F32, M->dev, A),
+           lnb2 = tensor_view1(gv + M->voff[TPL_LN2B], TENSOR_F32, M->dev, A);
   if ((rc = tensor_zero(tc, &M->gvec))) return tfail(M, rc);
-  memcpy(dres.data, dy->data, sizeof(float) * (size_t)(R * A)); /* dL/d(res2): the residual path */
+  if ((rc = tensor_copy(tc, &dres, &dyv))) return tfail(M, rc); /* dL/d(res2): the residual path */
   if ((rc = lin_backward(M, P, a, 3, &dgel, &dyv, &a->gel))) return rc;
   if ((rc = tensor_zero(tc, &dfch)) || (rc = tensor_gelu_backward(tc, &dfch, &dgel, &a->fch))) return tfail(M, rc);
   if ((rc = lin_backward(M, P, a, 2, &dln, &dfch, &a->ln2)) ||
-      (rc = tpl_ln_backward(M, &dres, gv + M->voff[TPL_LN2W], gv + M->voff[TPL_LN2B], &dln, &a->res2, &a->mean2,
-                            &a->rstd2, &P->p[TPL_LN2W])) ||
+      (rc = tpl_ln_backward(M, &dres, &lnw2, &lnb2, &dln, &a->res2, &a->mean2, &a->rstd2, &P->p[TPL_LN2W])) ||
       (rc = lin_backward(M, P, a, 1, &datty, &dres, &a->atty)))
     return rc;
   if ((rc = tensor_zero(tc, &dqkv)) || (rc = tensor_attention_backward(tc, &dq3, &da3, &q3, &a3, &lse, (int)M->hl)))
     return tfail(M, rc);
   if ((rc = lin_backward(M, P, a, 0, &dln, &dqkv, &a->ln1))) return rc;
-  memcpy(dxv.data, dres.data, sizeof(float) * (size_t)(R * A));
-  if ((rc = tpl_ln_backward(M, &dxv, gv + M->voff[TPL_LN1W], gv + M->voff[TPL_LN1B], &dln, &xv, &a->mean1, &a->rstd1,
-                            &P->p[TPL_LN1W])))
-    return rc;
+  if ((rc = tensor_copy(tc, &dxv, &dres))) return tfail(M, rc);
+  if ((rc = tpl_ln_backward(M, &dxv, &lnw1, &lnb1, &dln, &xv, &a->mean1, &a->rstd1, &P->p[TPL_LN1W]))) return rc;
   return vector_grads(M, P);
 }
 
@@ -579,7 +550,8 @@ void par_tplayer_param_shape(const par_tplayer_t *L, int i, int64_t *rows, int64
 
 static int create_layer(par_tplayer_t *L, comm_t *c, tensor_ctx_t *tc) {
   const par_tplayer_config_t *cf = &L->cfg;
-  int rc = tpl_mesh_create(&L->M, c, tc, cf->mode, cf->depth, cf->hidden, cf->heads, L->err, sizeof L->err);
+  int rc = tpl_mesh_create(&L->M, c, tc, cf->on_device ? cf->device : TENSOR_CPU, cf->mode, cf->depth, cf->hidden,
+                           cf->heads, L->err, sizeof L->err);
   if (rc) return rc;
   tpl_mesh_t *M = L->M;
   if (cf->seq < 1) return tpl_fail(M, STRATA_EINVAL, "tensor-parallel layer: seq %lld must be >= 1", (long long)cf->seq);
@@ -644,7 +616,7 @@ int par_tplayer_forward(par_tplayer_t *L, tensor_t *y, const tensor_t *x) {
   if (!L) return STRATA_EINVAL;
   int rc = check_rows(L->M, &L->a, "x", x, L->cfg.seq);
   if (rc) return rc;
-  memcpy(L->x.data, x->data, sizeof(float) * (size_t)tensor_numel(&L->x));
+  if ((rc = tensor_copy(L->M->tc, &L->x, x))) return tfail(L->M, rc);
   return tpl_block_forward(L->M, &L->P, &L->a, y, &L->x, L->cfg.seq);
 }
 
@@ -684,22 +656,49 @@ static int part_whole(par_tplayer_t *L, int i, float *part, float *whole, int to
   return STRATA_OK;
 }
 
+/* A host copy of tensor t (a part on a device; on the CPU t itself, no
+ * copy: *own stays NULL). Caller frees *own. */
+static int host_part(par_tplayer_t *L, const tensor_t *t, float **part, float **own, int fill) {
+  *own = NULL, *part = t->data;
+  if (t->device == TENSOR_CPU) return STRATA_OK;
+  int64_t n = tensor_numel(t);
+  if (!(*own = malloc(sizeof(float) * (size_t)(n ? n : 1))))
+    return tpl_fail(L->M, STRATA_ENOMEM, "tensor-parallel layer: %lld floats of host staging", (long long)n);
+  *part = *own;
+  tensor_t h = tensor_view1(*own, TENSOR_F32, TENSOR_CPU, n), d = tensor_view1(t->data, TENSOR_F32, t->device, n);
+  int rc = fill ? tensor_copy(L->M->tc, &h, &d) : STRATA_OK;
+  return rc ? tfail(L->M, rc) : STRATA_OK;
+}
+
 int par_tplayer_get(par_tplayer_t *L, int i, int grad, float *whole) {
   int64_t n = 0;
   int rc = check_index(L, i, whole);
   if (rc) return rc;
-  float *part = (grad ? L->P.g[i] : L->P.p[i]).data;
+  const tensor_t *t = grad ? &L->P.g[i] : &L->P.p[i];
+  float *part = NULL, *own = NULL; /* (on a device: staged through the host; not a training step's path) */
+  if ((rc = host_part(L, t, &part, &own, 1))) return rc;
   int64_t N, K;
   whole_shape(L->cfg.hidden, i, &N, &K);
   memset(whole, 0, sizeof(float) * (size_t)(N * (K ? K : 1)));
-  if ((rc = part_whole(L, i, part, whole, 1, &n))) return rc;
-  return tpl_allreduce(L->M, L->M->aux, whole, n);
+  if (!(rc = part_whole(L, i, part, whole, 1, &n))) rc = tpl_allreduce(L->M, L->M->aux, whole, n);
+  free(own);
+  return rc;
 }
 
 int par_tplayer_set(par_tplayer_t *L, int i, const float *whole) {
   int64_t n = 0;
   int rc = check_index(L, i, whole);
-  return rc ? rc : part_whole(L, i, L->P.p[i].data, (float *)whole, 0, &n);
+  if (rc) return rc;
+  tensor_t *t = &L->P.p[i];
+  float *part = NULL, *own = NULL;
+  if ((rc = host_part(L, t, &part, &own, 0))) return rc;
+  if (!(rc = part_whole(L, i, part, (float *)whole, 0, &n)) && own) {
+    int64_t k = tensor_numel(t);
+    tensor_t h = tensor_view1(own, TENSOR_F32, TENSOR_CPU, k), d = tensor_view1(t->data, TENSOR_F32, t->device, k);
+    if ((rc = tensor_copy(L->M->tc, &d, &h))) rc = tfail(L->M, rc);
+  }
+  free(own);
+  return rc;
 }
 
 void tpl_traffic(const tpl_mesh_t *M, uint64_t *sent, uint64_t *recv) {

@@ -309,6 +309,44 @@ STRATA_API int tensor_residual_layernorm_backward(tensor_ctx_t *ctx, tensor_t *d
                                                   const tensor_t *weight, const tensor_t *mean,
                                                   const tensor_t *rstd);
 
+/* LayerNorm of rows cut by columns over a group of ranks (the layernorm of
+ * Optimus' 2D, Tesseract's 2.5D and the 3D layer, whose rows lie in column
+ * blocks on several ranks): in (R, A) holds A of each row's C columns,
+ * weight and bias (A) those columns' parameters, mean and rstd (R) one
+ * value a row. The statistics are sums over whole rows, so the op runs in
+ * phases; between two phases the caller sums the rows' partial values over
+ * the ranks that share the rows (an allreduce of R floats):
+ *   phase 0: mean = each row's sum over this rank's columns;
+ *   phase 1: (mean holds the whole rows' sums) mean /= C, then rstd = each
+ *            row's sum of (in - mean)^2 over this rank's columns (the
+ *            variance about the mean, two passes as a whole row's
+ *            layernorm computes it);
+ *   phase 2: (rstd holds the whole rows' sums) rstd = 1 / sqrt(rstd / C +
+ *            eps), out = (in - mean) rstd weight + bias (Ba et al. 2016,
+ *            eq. 3-4).
+ * out, weight and bias may be NULL in phases 0 and 1. The CPU sums each
+ * row in double, in column order; CUDA in double too, in another order. */
+STRATA_API int tensor_layernorm_split_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *mean, tensor_t *rstd,
+                                              const tensor_t *in, const tensor_t *weight, const tensor_t *bias,
+                                              int64_t C, float eps, int phase);
+/* Its backward, dx = rstd (dn - mean(dn) - n mean(dn n)) with n = (in -
+ * mean) rstd, dn = dout weight and the means over whole rows:
+ *   phase 0: stats (2R: row r's pair at 2r, 2r + 1) = each row's sums of dn
+ *            and of dn n over this rank's columns; dweight += the column
+ *            sums of dout n, dbias += those of dout (this rank's rows; either
+ *            may be NULL);
+ *   phase 1: (stats summed over the ranks that share the rows) din +=
+ *            rstd (dn - stats[2r] / C - n stats[2r + 1] / C).
+ * din may be NULL in phase 0, dweight and dbias are unused in phase 1. */
+STRATA_API int tensor_layernorm_split_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, tensor_t *dbias,
+                                               tensor_t *stats, const tensor_t *dout, const tensor_t *in,
+                                               const tensor_t *weight, const tensor_t *mean, const tensor_t *rstd,
+                                               int64_t C, int phase);
+
+/* out (c, r) = in (r, c) transposed, or (accumulate) out += it. Exact: one
+ * copy or one add per element, on the CPU and on CUDA alike. */
+STRATA_API int tensor_transpose(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in, int accumulate);
+
 /* GELU, tanh form (Hendrycks & Gimpel 2016, section 2):
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). out may alias in. */
 STRATA_API int tensor_gelu_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in);
