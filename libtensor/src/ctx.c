@@ -357,6 +357,35 @@ fail:
   return rc;
 }
 
+int tensor_copy_async(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src) {
+  int rc = STRATA_OK;
+  char a[96], b[96];
+  if (!ctx) return STRATA_EINVAL;
+  CHECK(dst && src && dst->data && src->data, STRATA_EINVAL, "tensor_copy_async: NULL tensor");
+  CHECK(dst->dtype == src->dtype && tensor_numel(dst) == tensor_numel(src), STRATA_ESHAPE,
+        "tensor_copy_async: dst %s and src %s differ in dtype or size", tensor_describe(dst, a, sizeof a),
+        tensor_describe(src, b, sizeof b));
+  if (dst->device == TENSOR_CPU && src->device == TENSOR_CPU) {
+    memmove(dst->data, src->data, tensor_nbytes(src));
+  } else {
+#if defined(STRATA_CUDA)
+    TRY(tcu_memcpy_async(ctx, dst->data, dst->device, src->data, src->device, tensor_nbytes(src)));
+#else
+    CHECK(0, STRATA_EUNSUPPORTED, "tensor_copy_async: CUDA tensor on a build without CUDA");
+#endif
+  }
+fail:
+  return rc;
+}
+
+int tensor_copy_wait(tensor_ctx_t *ctx) {
+  if (!ctx) return STRATA_EINVAL;
+#if defined(STRATA_CUDA)
+  if (ctx->cuda) return tcu_copy_wait(ctx);
+#endif
+  return STRATA_OK;
+}
+
 int tensor_zero(tensor_ctx_t *ctx, tensor_t *t) {
   int rc = STRATA_OK;
   if (!ctx) return STRATA_EINVAL;

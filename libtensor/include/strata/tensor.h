@@ -179,6 +179,15 @@ STRATA_API char *tensor_describe(const tensor_t *t, char *buf, size_t len);
 
 /* dst = src, same dtype and element count, any two devices. */
 STRATA_API int tensor_copy(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* tensor_copy queued on the context's copy stream, after the work queued
+ * on the context's stream before the call and without holding up the work
+ * queued there after it (a transfer between the host and a device then
+ * overlaps computation; host memory must be pinned for that, as
+ * liboffload's host tier is). dst and src must stay untouched, and dst
+ * unread, until tensor_copy_wait. Host to host: a copy at once. */
+STRATA_API int tensor_copy_async(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* Waits for every copy tensor_copy_async queued on ctx (no-op when none). */
+STRATA_API int tensor_copy_wait(tensor_ctx_t *ctx);
 /* dst = (dtype of dst) src: casts between f32, bf16 and f16 (round to nearest
  * even); same shape and device. */
 STRATA_API int tensor_cast(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
