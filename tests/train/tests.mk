@@ -24,3 +24,8 @@ GPU_TESTS += $(BUILD)/bin/gpu_engine
 # bundle (one rank) it exits 77; --cpu-checks in mpi.list.
 $(eval $(call strata_program,gpu_tp_engine,tests/train/gpu_tp_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_tp_engine
+# ZeRO-Offload on CUDA devices against the CPU engine, device and host bytes
+# against the planner, checkpoints both ways (make test-gpu; under mpirun
+# several ranks may share one GPU); --cpu-checks in mpi.list.
+$(eval $(call strata_program,gpu_offload,tests/train/gpu_offload.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_offload
