@@ -14,10 +14,10 @@
  * STRATA_EUNSUPPORTED naming why on every rank; "auto" falls back to the CPU
  * and trains bit for bit as the CPU engine; a bad device value is EINVAL.
  *
- * With a GPU (one rank; the bundle starts programs as Open MPI singletons,
- * so the multi-rank layouts, pipeline stages among them, run on a device
- * only under mpirun on a GPU machine with MPI, outside `make test-gpu`;
- * tensor parallelism, which needs a GPU per rank: gpu_tp_engine.c):
+ * With a GPU (the bundle starts it as an Open MPI singleton, then with 2
+ * ranks under its mpirun: data parallelism over ranks that share the GPU
+ * when there is one, libcomm staging their collectives through the host;
+ * tensor parallelism: gpu_tp_engine.c):
  *  - fp32, ZeRO 0-3, AdamW with clipping (and LAMB at stage 2), two
  *    microbatches a step at stages 2 and 3: STEPS steps give the CPU
  *    engine's losses and gradient norms within 2e-5 and 1e-4 relative, and
