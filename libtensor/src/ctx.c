@@ -31,6 +31,26 @@ int tensor_ctx_device(const tensor_ctx_t *ctx) { return ctx->device; }
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx) { return ctx->bf16_matmul; }
 int tensor_ctx_attention(const tensor_ctx_t *ctx) { return ctx->attention; }
 
+int tensor_cuda_device_name(int device, char *name, size_t len) {
+  if (name && len) name[0] = 0;
+  if (!name || !len || device < 0) return STRATA_EINVAL;
+#if defined(STRATA_CUDA)
+  if (device < tcu_device_count() && tcu_device_name(device, name, len) == 0) return STRATA_OK;
+  name[0] = 0;
+#endif
+  return STRATA_EUNSUPPORTED;
+}
+
+double tensor_cuda_table_peak(const char *n) {
+  if (!n || strstr(n, "NVL")) return 0; /* H100 NVL, H200 NVL: other clocks and power */
+  if (strstr(n, "H100")) return strstr(n, "PCIe") ? 756.5e12 : 989.4e12;
+  if (strstr(n, "H200")) return 989.4e12;
+  if (strstr(n, "A100")) return 312e12;
+  if (strstr(n, "L40S")) return 362.05e12;
+  if (strstr(n, "RTX 4090")) return 165.2e12;
+  return 0;
+}
+
 int tensor_cuda_device_count(void) {
 #if defined(STRATA_CUDA)
   return tcu_device_count();

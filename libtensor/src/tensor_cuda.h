@@ -22,6 +22,8 @@ int tensor_ctx_attention(const tensor_ctx_t *ctx);
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
 
 int tcu_device_count(void);
+/* cudaGetDeviceProperties' name of `device` into name[len]; 0 or -1. */
+int tcu_device_name(int device, char *name, size_t len);
 /* cuDNN's version (e.g. 91900) once libcudnn.so.9 is loaded, 0 when it is absent. */
 int tcu_cudnn_version(void);
 /* Builds and finalizes cuDNN's tensor and operation descriptors of the

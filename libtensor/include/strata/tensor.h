@@ -104,6 +104,23 @@ STRATA_API const char *tensor_strerror(int code);
 STRATA_API int tensor_ctx_threads(const tensor_ctx_t *ctx);
 /* Number of CUDA devices usable by this build (0 without CUDA or GPU). */
 STRATA_API int tensor_cuda_device_count(void);
+/* The name of CUDA device `device` as the runtime reports it (for example
+ * "NVIDIA H100 80GB HBM3") into name[len] (always terminated, "" on
+ * failure); STRATA_EUNSUPPORTED on a build without CUDA or where there is
+ * no such device. */
+STRATA_API int tensor_cuda_device_name(int device, char *name, size_t len);
+/* A GPU's dense bf16 tensor-core peak (fp32 accumulation) in FLOP/s from
+ * its vendor's spec sheet, by the name tensor_cuda_device_name gives; 0 for
+ * a device not in the table (H100 NVL, H200 NVL and others of other clocks
+ * included): measure it then. Model FLOPs utilisation (MFU) as PaLM defines
+ * it (Chowdhery et al., arXiv 2204.02311, appendix B) divides by this.
+ * The sheets quote the sparse rate beside the dense one; these are dense:
+ * H100 SXM5 989.4 and H100 PCIe 756.5 TFLOP/s (NVIDIA H100 datasheet,
+ * 1,979 / 1,513 "with sparsity"); H200 989.4 (H200 datasheet, SXM); A100
+ * 312 (A100 datasheet, 624 with sparsity); L40S 362.05 (L40S datasheet);
+ * GeForce RTX 4090 165.2 (Ada Lovelace whitepaper, appendix A, FP16/BF16
+ * tensor with FP32 accumulate). Pure: no device needed. */
+STRATA_API double tensor_cuda_table_peak(const char *name);
 /* The version of the cuDNN library attention can use (e.g. 91900 for 9.19.0),
  * loaded on first call; 0 on builds without CUDA or where libcudnn.so.9 is
  * absent. */

@@ -1,5 +1,6 @@
 /* CUDA runtime pieces of libtensor: state, memory, copies, casts, GEMMs
  * (cuBLAS, bf16 inputs with f32 accumulation) and the element-wise kernels. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common.cuh"
@@ -11,6 +12,16 @@ extern "C" int tcu_device_count(void) {
     return 0;
   }
   return n;
+}
+
+extern "C" int tcu_device_name(int device, char *name, size_t len) {
+  cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  snprintf(name, len, "%s", p.name);
+  return 0;
 }
 
 int tcu_state_get(tensor_ctx_t *ctx, tcu_state **out) {
