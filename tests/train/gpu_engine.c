@@ -56,8 +56,7 @@
  *  - memory: the model states per rank are the planner's exactly, and the
  *    device accountant's peak less states and pass buffers is within 10% of
  *    the planner's activations, as zero_equiv.c checks on the CPU.
- *  - the chunk policy on a device is refused by name (optimizer offload
- *    runs there: gpu_offload.c). */
+ *  (optimizer offload and the chunk policy on a device: gpu_offload.c) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +76,7 @@ typedef struct {
   double tol_loss, tol_gnorm, tol_move;
 } case_t;
 
-static int create(par_engine_t **e, int device, const case_t *k, int chunks, char *err, size_t n) {
+static int create(par_engine_t **e, int device, const case_t *k, char *err, size_t n) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = ranks, lay.zero_stage = k->zero, lay.microbatch = 4,
   lay.global_batch = 4 * ranks * k->accum;
@@ -88,7 +87,6 @@ static int create(par_engine_t **e, int device, const case_t *k, int chunks, cha
   eo.steps = STEPS, eo.threads = 1, eo.seed = 7, eo.device = device, eo.bf16_matmul = k->bf16mm;
   eo.bucket_mb = 0.004; /* several buckets */
   if (k->prec == PAR_PREC_FP16) eo.loss_scale = 1024;
-  if (chunks) eo.offload_chunks = 1, eo.device_bytes = 1 << 22;
   return par_engine_create(e, &mc, &lay, &oc, &eo, err, n);
 }
 
@@ -264,18 +262,18 @@ static void without_gpu(void) {
   case_t k = {1, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0};
   char err[1024];
   par_engine_t *e = NULL;
-  int rc = create(&e, PAR_DEVICE_CUDA, &k, 0, err, sizeof err);
+  int rc = create(&e, PAR_DEVICE_CUDA, &k, err, sizeof err);
   CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "device cuda") &&
             (strstr(err, "no CUDA device") || strstr(err, "without nvcc")),
         "device cuda without a GPU: status %d, '%s'", rc, err);
   if (rank == 0) printf("gpu_engine: device cuda here: %s\n", err);
   par_engine_destroy(e), e = NULL;
-  rc = create(&e, 0, &k, 0, err, sizeof err);
+  rc = create(&e, 0, &k, err, sizeof err);
   CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "cuda:0"), "cuda:0 without a GPU: status %d, '%s'",
         rc, err);
   if (rank == 0) printf("gpu_engine: device 0 here: %s\n", err);
   par_engine_destroy(e), e = NULL;
-  rc = create(&e, -7, &k, 0, err, sizeof err);
+  rc = create(&e, -7, &k, err, sizeof err);
   CHECK(rc == STRATA_EINVAL && strstr(err, "device -7"), "device -7: status %d, '%s'", rc, err);
   par_engine_destroy(e), e = NULL;
   /* auto: the CPU engine, bit for bit */
@@ -333,16 +331,6 @@ int main(int argc, char **argv) {
   }
   int device = -1;
   comm_local_device(MPI_COMM_WORLD, &device, NULL);
-  /* the refusal of what does not run on a device yet */
-  {
-    case_t k = {0, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0};
-    char err[1024];
-    par_engine_t *e = NULL;
-    int rc = create(&e, device, &k, 1, err, sizeof err);
-    CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "does not run on a device yet") && strstr(err, "chunk"),
-          "the chunk policy on a device: status %d, '%s'", rc, err);
-    par_engine_destroy(e);
-  }
   equivalence(device);
   checkpoints(device);
   memory(device);

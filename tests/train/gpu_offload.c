@@ -1,5 +1,5 @@
-/* ZeRO-Offload on a CUDA device (layout.offload_optimizer with a device)
- * against the CPU engine: the model's forward and backward, the parameters
+/* ZeRO-Offload and PatrickStar's chunk policy on a CUDA device against the
+ * CPU engine. ZeRO-Offload (layout.offload_optimizer with a device): the model's forward and backward, the parameters
  * and gradients (ZeRO 0-3's shards) on the device; the fp32 masters, m and v
  * in liboffload's pinned host tier (or on its NVMe tier) and the update by
  * liboptim's CPU optimizer; the gradients copied down and the parameters up
@@ -37,6 +37,16 @@
  *    CPU engine with the very same parameters (fp32 values, no arithmetic on
  *    the way), and a CPU checkpoint loads into the device-offload engine
  *    alike; the next step's loss within 2e-5 of the CPU's.
+ *  - PatrickStar's chunk policy on the device (offload.policy = "chunks":
+ *    liboffload's device tier in GPU memory, its host tier pinned, chunks
+ *    moved on its copy stream after the passes' work): against the CPU
+ *    engine within the same bounds (the policy itself changes no
+ *    arithmetic: bit-identical on the CPU, offload_engine.c); the device
+ *    never held more than its budget (the accountant's tensors and the
+ *    chunks there), and chunks moved every step. Cases as offload_engine's:
+ *    4 layers, fp32 and bf16 (its gradients in the parameters' chunks),
+ *    2 microbatches, and ZeRO-3's chunks sharded over the ranks when there
+ *    are several.
  * Without a GPU: device cuda with offload is refused naming the device
  * (no GPU here), auto falls back to the CPU and offloads there bit for bit
  * as the CPU engine does. */
@@ -58,6 +68,7 @@ typedef struct {
   int zero, accum, prec, tier; /* tier: PAR_TIER_CPU or PAR_TIER_NVME (PAR_TIER_DEVICE: no offload) */
   const char *opt;
   double tol_loss, tol_gnorm, tol_move;
+  double chunks; /* > 0: the chunk policy with this device budget in bytes */
 } case_t;
 
 static void layout(const case_t *k, par_layout_t *lay, par_optim_config_t *oc, par_engine_options_t *eo, int device) {
@@ -70,6 +81,7 @@ static void layout(const case_t *k, par_layout_t *lay, par_optim_config_t *oc, p
   eo->steps = STEPS, eo->threads = 1, eo->seed = 7, eo->device = device, eo->bucket_mb = 0.004;
   eo->offload_dir = dir;
   if (k->prec == PAR_PREC_FP16) eo->loss_scale = 1024;
+  if (k->chunks > 0) eo->offload_chunks = 1, eo->device_bytes = k->chunks;
 }
 
 static par_engine_t *engine(int device, const case_t *k) {
@@ -82,25 +94,48 @@ static par_engine_t *engine(int device, const case_t *k) {
 
 static const char *precs[] = {"fp32", "bf16", "fp16"};
 
+static void against_cpu(int device, const case_t *cases, size_t ncases);
+
 static void equivalence(int device) {
   static const case_t cases[] = {
-      {0, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3},
-      {1, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3},
-      {2, 2, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3},
-      {3, 2, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3},
-      {2, 1, PAR_PREC_FP32, PAR_TIER_CPU, "lamb", 2e-5, 1e-4, 1e-3},
-      {0, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2},
-      {1, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2},
-      {3, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2},
-      {1, 1, PAR_PREC_FP16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2},
-      {1, 1, PAR_PREC_BF16, PAR_TIER_NVME, "adamw", 1e-3, 1e-2, 2e-2},
-      {2, 1, PAR_PREC_FP32, PAR_TIER_NVME, "adamw", 2e-5, 1e-4, 1e-3},
+      {0, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {1, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {2, 2, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {3, 2, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {2, 1, PAR_PREC_FP32, PAR_TIER_CPU, "lamb", 2e-5, 1e-4, 1e-3, 0},
+      {0, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {1, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {3, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {1, 1, PAR_PREC_FP16, PAR_TIER_CPU, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {1, 1, PAR_PREC_BF16, PAR_TIER_NVME, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {2, 1, PAR_PREC_FP32, PAR_TIER_NVME, "adamw", 2e-5, 1e-4, 1e-3, 0},
   };
+  against_cpu(device, cases, sizeof cases / sizeof *cases);
+}
+
+/* The chunk policy: budgets with room for the activations (about 400 KB
+ * here, as offload_engine.c measures them on the CPU) and a few chunks of
+ * the 4 layers' 470 KB of fp32 parameters and gradients, with some margin
+ * for the device's own buffers. */
+static void chunk_policy(int device) {
+  static const case_t cases[] = {
+      {0, 1, PAR_PREC_FP32, PAR_TIER_DEVICE, "adamw", 2e-5, 1e-4, 1e-3, 1.0e6},
+      {0, 1, PAR_PREC_BF16, PAR_TIER_DEVICE, "lamb", 1e-3, 1e-2, 2e-2, 1.0e6},
+      {0, 2, PAR_PREC_BF16, PAR_TIER_DEVICE, "adamw", 1e-3, 1e-2, 2e-2, 1.2e6},
+      {3, 1, PAR_PREC_FP32, PAR_TIER_DEVICE, "adamw", 2e-5, 1e-4, 1e-3, 1.5e6},
+  };
+  mc.layers = 4;
+  against_cpu(device, cases, sizeof cases / sizeof *cases);
+  mc.layers = 2;
+}
+
+static void against_cpu(int device, const case_t *cases, size_t ncases) {
   size_t np = par_gpt_param_count(&mc);
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+  for (size_t i = 0; i < ncases; i++) {
     const case_t *k = &cases[i];
     case_t cpu = *k;
     cpu.tier = PAR_TIER_DEVICE; /* (the CPU engine's offload is bit-identical to none: offload_engine.c) */
+    cpu.chunks = 0, cpu.zero = k->chunks > 0 ? 0 : k->zero; /* (the chunks' ZeRO-3 equals ZeRO-0 bit for bit there) */
     par_engine_t *c = engine(TENSOR_CPU, &cpu), *g = engine(device, k);
     par_data_t *dc = markov_data(mc.seq), *dd = markov_data(mc.seq);
     float *p0 = malloc(np * 4), *pc = malloc(np * 4), *pg = malloc(np * 4);
@@ -112,18 +147,23 @@ static void equivalence(int device) {
     double dm = sqrt(sums[0] / sums[1]);
     par_engine_info_t in;
     par_engine_info(g, &in);
-    CHECK(in.device == device && in.offload_host_bytes > 0, "zero %d: device %d, %zu bytes on the host", k->zero,
-          in.device, in.offload_host_bytes);
+    if (k->chunks > 0)
+      CHECK(in.device == device && in.device_peak <= (size_t)k->chunks && in.last_moved > 0,
+            "chunks zero %d %s: device %d held %zu bytes at most (budget %.0f), a step moved %llu bytes", k->zero,
+            precs[k->prec], in.device, in.device_peak, k->chunks, (unsigned long long)in.last_moved);
+    else
+      CHECK(in.device == device && in.offload_host_bytes > 0, "zero %d: device %d, %zu bytes on the host",
+            k->zero, in.device, in.offload_host_bytes);
     CHECK(dl <= k->tol_loss && dg <= k->tol_gnorm && dm <= k->tol_move,
           "zero %d %s %s %s: losses %.2e apart (bound %.0e), gradient norms %.2e (%.0e), parameters %.2e of "
           "the move (%.0e)",
           k->zero, k->opt, precs[k->prec], k->tier == PAR_TIER_NVME ? "nvme" : "host", dl, k->tol_loss, dg,
           k->tol_gnorm, dm, k->tol_move);
     if (rank == 0)
-      printf("gpu_offload: zero %d %s %s accum %d optimizer on the %s: losses %.2e, norms %.2e, parameters "
-             "%.2e of the move\n",
-             k->zero, k->opt, precs[k->prec], k->accum, k->tier == PAR_TIER_NVME ? "NVMe tier" : "host", dl, dg,
-             dm);
+      printf("gpu_offload: zero %d %s %s accum %d %s: losses %.2e, norms %.2e, parameters %.2e of the move\n",
+             k->zero, k->opt, precs[k->prec], k->accum,
+             k->chunks > 0 ? "chunk policy" : k->tier == PAR_TIER_NVME ? "optimizer on NVMe" : "optimizer on the host",
+             dl, dg, dm);
     par_engine_destroy(c), par_engine_destroy(g);
     par_data_destroy(dc), par_data_destroy(dd);
     free(p0), free(pc), free(pg);
@@ -132,10 +172,10 @@ static void equivalence(int device) {
 
 /* Device and host bytes against the planner (see the header). */
 static void memory(int device) {
-  static const case_t cases[] = {{0, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0},
-                                 {1, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 0, 0, 0},
-                                 {2, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0},
-                                 {3, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 0, 0, 0}};
+  static const case_t cases[] = {{0, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0, 0},
+                                 {1, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 0, 0, 0, 0},
+                                 {2, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0, 0},
+                                 {3, 1, PAR_PREC_FP32, PAR_TIER_CPU, "adamw", 0, 0, 0, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const case_t *k = &cases[i];
     par_layout_t lay;
@@ -175,7 +215,7 @@ static void memory(int device) {
 
 /* Checkpoints between the device-offload engine and the CPU engine, both ways. */
 static void checkpoints(int device) {
-  case_t off = {1, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0}, cpu = off;
+  case_t off = {1, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0, 0}, cpu = off;
   cpu.tier = PAR_TIER_DEVICE;
   size_t np = par_gpt_param_count(&mc);
   char path[2][256];
@@ -210,7 +250,7 @@ static void checkpoints(int device) {
 }
 
 static void without_gpu(void) {
-  case_t k = {1, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0};
+  case_t k = {1, 1, PAR_PREC_BF16, PAR_TIER_CPU, "adamw", 0, 0, 0, 0};
   par_layout_t lay;
   par_optim_config_t oc;
   par_engine_options_t eo;
@@ -254,6 +294,7 @@ int main(int argc, char **argv) {
   int device = -1;
   comm_local_device(MPI_COMM_WORLD, &device, NULL);
   equivalence(device);
+  chunk_policy(device);
   memory(device);
   checkpoints(device);
   return harness_finish("ZeRO-Offload on the device against the CPU");

@@ -116,7 +116,6 @@ static const char *device_unready(const par_engine_t *e, const par_layout_t *lay
   else if (lay->sp > 1) snprintf(buf, n, "sp=%d (ring self-attention)", lay->sp);
   else if (lay->pp > 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
     snprintf(buf, n, "the interleaved pipeline schedule (NCCL matches a peer's sends in call order, not by tag)");
-  else if (e->opts.offload_chunks) snprintf(buf, n, "the chunk policy (offload.policy = \"chunks\")");
   else return NULL;
   return buf;
 }
@@ -171,6 +170,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   int rc;
   if ((rc = pick_device(e, lay))) return rc;
   e->host_opt = e->device >= 0 && lay->offload_optimizer != PAR_TIER_DEVICE; /* ZeRO-Offload on a device */
+  e->opt_host = e->host_opt || (e->device >= 0 && e->opts.offload_chunks);
   if (lay->tp_mode != PAR_TP_1D && (lay->pp > 1 || lay->sp > 1 || e->opts.offload_chunks))
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout: 2D, 2.5D and 3D tensor parallelism train with data parallelism and ZeRO, without "
@@ -307,7 +307,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   /* The optimizer first: its configuration decides the state's arrays. */
   char err[512];
   /* (ZeRO-Offload on a device: liboptim's CPU update of the host's arrays) */
-  rc = engine_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->host_opt ? TENSOR_CPU : e->device,
+  rc = engine_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->opt_host ? TENSOR_CPU : e->device,
                            e->groups, err, sizeof err);
   if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
   snprintf(e->optim_name, sizeof e->optim_name, "%s", oc->name);

@@ -214,7 +214,7 @@ static int ckpt_part(void *ctx, par_engine_t *e, char what, int view, int nr, co
   int64_t n = 0;
   for (int k = 0; k < nr; k++) n += cnt[k];
   /* (ZeRO-Offload on a device: every part is on the host) */
-  if (e->device >= 0 && !e->host_opt && data && n > 0) return view_io_staged(e, io->c, io->writing, name, v, nr, off, cnt, n, data);
+  if (e->device >= 0 && !e->opt_host && data && n > 0) return view_io_staged(e, io->c, io->writing, name, v, nr, off, cnt, n, data);
   return io->writing ? par_ckpt_write_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data)
                      : par_ckpt_read_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data);
 }

@@ -114,6 +114,8 @@ struct par_engine {
    * gradients are consumed by then) and they go back to the device on the
    * copy stream while the next region updates (fp32: the masters go). */
   int host_opt;
+  int opt_host;      /* the optimizer's arrays on the host while the model is on a device: host_opt, or
+                        the chunk policy on a device (its update runs on the host, chunks_resident) */
   offload_t *stage_off; /* host_opt: gstage's manager (a host tier of one pinned chunk) */
   tensor_t gstage;   /* host_opt: n_opt elements of wdt on the host */
   tensor_t g32r;     /* host_opt, mixed: one region's fp32 gradients on the host */

@@ -602,9 +602,10 @@ int state_sync_lowp(par_engine_t *e) {
     int in_off = e->nvme || e->chunks; /* the masters: the region's tensor of liboffload */
     tensor_t mr = in_off ? tensor_view1(e->res[OFF_ARRAYS * r], TENSOR_F32, e->device, 1) : e->master;
     size_t mo = in_off ? 0 : e->zero == 0 ? g->foff : g->soff; /* the region's first master element */
-    if (e->chunks) {
-      tensor_t lp = tensor_view1(e->res[OFF_ARRAYS * r + OFF_PARAMS], e->wdt, e->device, (int64_t)g->n);
-      rc = state_convert(e, &lp, 0, &mr, 0, g->n);
+    if (e->chunks) { /* both resident on the host (also when the model is on a device) */
+      tensor_t lp = tensor_view1(e->res[OFF_ARRAYS * r + OFF_PARAMS], e->wdt, TENSOR_CPU, (int64_t)g->n);
+      tensor_t ms = tensor_view1(e->res[OFF_ARRAYS * r], TENSOR_F32, TENSOR_CPU, (int64_t)g->n);
+      if ((rc = tensor_cast(e->tc, &lp, &ms))) tensor_fail(e, rc);
     } else if (e->zero == 0) rc = state_convert(e, &e->full_p, g->foff, &mr, mo, (size_t)e->size * g->shard);
     else if (e->zero == 3) rc = state_convert(e, &e->shard_p, g->soff, &mr, mo, g->shard);
     else rc = state_convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &mr, mo, g->shard);
@@ -704,7 +705,7 @@ static int read_init(par_engine_t *e) {
     if (!e->regions[r].n || (rc = state_resident(e, r, 1))) continue;
     float *dst = init_range(e, &e->regions[r], &a, &b);
     if (a < b) {
-      tensor_t d = tensor_view1(dst, TENSOR_F32, e->host_opt ? TENSOR_CPU : e->device, (int64_t)(b - a));
+      tensor_t d = tensor_view1(dst, TENSOR_F32, e->opt_host ? TENSOR_CPU : e->device, (int64_t)(b - a));
       tensor_t s = tensor_view1((float *)src + e->regions[r].off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
       if ((rc = tensor_copy(e->tc, &d, &s))) tensor_fail(e, rc);
     }
@@ -722,7 +723,7 @@ static int init_params(par_engine_t *e) {
     if (!e->regions[r].n) continue;
     if ((rc = state_resident(e, r, 1))) return rc;
     float *dst = init_range(e, &e->regions[r], &a, &b);
-    if (a < b && e->host_opt) { /* the model draws on its device: through a device buffer to the host's masters */
+    if (a < b && e->opt_host) { /* the model draws on its device: through a device buffer to the host's arrays */
       tensor_t t = {0}, h = tensor_view1(dst, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
       if ((rc = alloc(e, &t, TENSOR_F32, b - a, "initial values"))) return rc;
       if (par_gpt_init_values(e->model, e->opts.seed, e->regions[r].off + a, b - a, t.data))
