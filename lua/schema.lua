@@ -65,7 +65,7 @@ local sections = {
     precision = {t = ENUM, values = {"fp32", "bf16", "fp16"}, default = "fp32",
                  doc = "parameters, gradients and communication; bf16/fp16 keep fp32 masters and compute in fp32"},
     device = {t = ENUM, values = {"cpu", "cuda", "auto"}, default = "cpu",
-              doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL; auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu. Not yet on a device: tp_mode 2d, 2.5d and 3d, sp > 1, the interleaved schedule, optimizer and chunk offload"},
+              doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL (ranks sharing a GPU: through pinned host memory and MPI, one notice line); auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu. Not yet on a device: tp_mode 2d, 2.5d and 3d, sp > 1, the interleaved schedule"},
     bf16_matmul = {t = BOOL, default = false,
                    doc = "on a GPU: the model's GEMMs with bf16 inputs and fp32 accumulation (tensor cores); ignored on the CPU"},
   },
