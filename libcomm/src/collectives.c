@@ -319,7 +319,7 @@ static void op_bytes(const comm_t *c, const op_args_t *a, size_t *sb, size_t *rb
   case COMM_K_RECV: *rb = n; break;
   default: break;
   }
-  if (a->kind == COMM_K_REDUCE && c->rank != a->root && !a->recv) *rb = 0;
+  if (a->kind == COMM_K_REDUCE && c->rank != a->root) *rb = 0; /* (its receive buffer is left alone) */
 }
 
 /* Host staging of a device operation on a communicator whose ranks share a
