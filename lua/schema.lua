@@ -497,10 +497,9 @@ local function check_relations(c, refuse)
                    and string.format('tensor parallelism with parallel.tp_mode = "%s"', p.tp_mode)
                  or p.sp > 1 and "ring self-attention (parallel.sp > 1)"
                  or p.pp > 1 and p.schedule == "interleaved" and "the interleaved pipeline schedule"
-                 or c.offload.policy ~= "none" and string.format('offload.policy = "%s"', c.offload.policy)
-    if what then
+    if what then -- (every offload.policy runs on a device)
       refuse("parallel.device", p.device, what .. ' does not run on a device yet; train it with parallel.device = "cpu"',
-             "parallel.tp", "parallel.tp_mode", "parallel.sp", "parallel.schedule", "offload.policy")
+             "parallel.tp", "parallel.tp_mode", "parallel.sp", "parallel.schedule")
     end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then
