@@ -44,7 +44,7 @@ bench: deps
 # GPU tests and benchmarks go into one self-contained folder, $(BUILD)/gpu,
 # which also runs on a GPU machine without strata's other dependencies.
 gpu-bundle: all
-	@scripts/gpu-bundle.sh $(BUILD)/gpu "$(GPU_TESTS)" "$(GPU_BENCH)"
+	@scripts/gpu-bundle.sh $(BUILD)/gpu "$(GPU_TESTS)" "$(GPU_BENCH)" "$(GPU_MPI_TESTS)"
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory gpu-bundle

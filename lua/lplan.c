@@ -601,55 +601,6 @@ static int l_cluster(lua_State *L) {
 
 /* ---------------------------------------------------------- calibration */
 
-static double wall_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The sustained rate of n x n x n matrix multiplies through libtensor on
- * `device` (TENSOR_CPU: OpenBLAS sgemm blocks on this process's threads, as
- * strata's GPT runs them; a CUDA device: cuBLAS with `dt` inputs and fp32
- * accumulation): the best of a few timed runs after a warm-up. 0 and a
- * message in err on failure. */
-static double measure_gemm(int device, tensor_dtype_t dt, int n, char *err, size_t en) {
-  tensor_ctx_options_t o = TENSOR_CTX_OPTIONS_DEFAULTS;
-  o.threads = device == TENSOR_CPU ? lstrata_threads(NULL, NULL) : 1;
-  o.device = device == TENSOR_CPU ? 0 : device;
-  tensor_ctx_t *tc = NULL;
-  tensor_t a = {0}, b = {0}, c = {0}, f = {0};
-  double best = 0;
-  int rc = tensor_ctx_create(&tc, &o);
-  int64_t shape[2] = {n, n};
-  if (!rc) rc = tensor_alloc(tc, &f, TENSOR_F32, device, 2, shape);
-  if (!rc) rc = tensor_alloc(tc, &a, dt, device, 2, shape);
-  if (!rc) rc = tensor_alloc(tc, &b, dt, device, 2, shape);
-  if (!rc) rc = tensor_alloc(tc, &c, TENSOR_F32, device, 2, shape);
-  if (!rc) rc = tensor_fill_uniform(tc, &f, 1, "calibrate-a", NULL, -1.f, 1.f);
-  if (!rc) rc = dt == TENSOR_F32 ? tensor_copy(tc, &a, &f) : tensor_cast(tc, &a, &f);
-  if (!rc) rc = tensor_fill_uniform(tc, &f, 1, "calibrate-b", NULL, -1.f, 1.f);
-  if (!rc) rc = dt == TENSOR_F32 ? tensor_copy(tc, &b, &f) : tensor_cast(tc, &b, &f);
-  int reps = device == TENSOR_CPU ? 1 : 10;
-  for (int r = 0; r < 4 && !rc; r++) { /* run 0 warms up */
-    if ((rc = tensor_synchronize(tc))) break;
-    double t0 = wall_now();
-    for (int k = 0; k < reps && !rc; k++) rc = tensor_matmul(tc, &c, &a, &b, 0, 0, 1.f, 0.f);
-    if (!rc) rc = tensor_synchronize(tc);
-    double dt_s = wall_now() - t0, rate = reps * 2.0 * n * (double)n * n / dt_s;
-    if (!rc && r > 0 && rate > best) best = rate;
-  }
-  if (rc) {
-    snprintf(err, en, "%s", tc ? tensor_last_error(tc) : "cannot create a libtensor context");
-    if (!err[0]) snprintf(err, en, "%s", tensor_strerror(rc));
-    best = 0;
-  }
-  if (tc) {
-    tensor_free(tc, &a), tensor_free(tc, &b), tensor_free(tc, &c), tensor_free(tc, &f);
-    tensor_ctx_destroy(tc);
-  }
-  return best;
-}
-
 /* strata.plan_calibrate{cluster=, tflops=, precision=} or {cluster=,
  * measure=true, device="cpu"|"cuda"|"cuda:N", precision=, size=} -> the
  * cluster table with gemm_efficiency set from that sustained GEMM rate, and
@@ -704,7 +655,7 @@ static int l_plan_calibrate(lua_State *L) {
       if (device != TENSOR_CPU && c.peak_flops[i] <= 0 && prec < 0) continue;
       char err[256] = "";
       tensor_dtype_t dt = device == TENSOR_CPU ? TENSOR_F32 : i == 1 ? TENSOR_BF16 : i == 2 ? TENSOR_F16 : TENSOR_F32;
-      double r = measure_gemm(device, dt, n, err, sizeof err);
+      double r = lstrata_measure_gemm(device, dt, n, err, sizeof err);
       if (!(r > 0)) plan_error(L, "plan_calibrate: measuring %s GEMMs: %s", precs[i], err);
       rate[i] = r;
     }

@@ -32,7 +32,8 @@ typedef struct {
   int off_tier;          /* 0: the device and the host (chunks), 1: the host and NVMe */
   long off_step;
   int tty;
-  double flops_per_token, peak; /* model FLOPs per token; sgemm peak of one rank (0: unknown) */
+  double flops_per_token, peak; /* model FLOPs per token; the run's GEMM peak, all its ranks' (0: unknown):
+                                   on the CPU each rank's sgemm peak, on GPUs each GPU's bf16 peak */
   const char *resume, *ckpt; /* held by the configuration table */
   const char *changes; /* on resume: the settings other than the checkpoint's ("": none; NULL: it records none) */
 } run_t;
@@ -191,9 +192,9 @@ static void progress(void *ctx, const par_progress_t *p) {
     fmt_duration(els, sizeof els, p->elapsed_s);
     if (!isnan(p->last_val_loss)) snprintf(vals, sizeof vals, " | val %.4f", p->last_val_loss);
     /* model FLOPs (6N + 6LhT per token, recomputation not counted) against
-     * the measured GEMM peak of every rank */
+     * the GEMM peak of the run: every rank's sgemm, or every GPU's bf16 */
     double flops = r->flops_per_token * p->tokens_per_s;
-    if (r->peak > 0) snprintf(mfu, sizeof mfu, " (MFU %.0f%%)", 100 * flops / (r->peak * p->ranks));
+    if (r->peak > 0) snprintf(mfu, sizeof mfu, " (MFU %.0f%%)", 100 * flops / r->peak);
     if (r->fp16) snprintf(scale, sizeof scale, " | scale %g (%ld skipped)", p->loss_scale, p->overflows);
     par_engine_info_t in;
     if (r->offload && p->step > r->off_step && par_engine_info(r->e, &in) == STRATA_OK) {
@@ -396,9 +397,22 @@ static int l_train(lua_State *L) {
   r->tty = rank == 0 && isatty(STDERR_FILENO);
   r->flops_per_token = par_gpt_flops_per_token(&mc, eo.seq ? eo.seq : mc.seq);
   /* The peak is measured once per machine, by rank 0 alone (the others
-   * wait; with cores / ranks threads each, they take no core from it). */
-  int measured = 0;
-  if (rank == 0) r->peak = lstrata_gemm_peak(threads, 1, &measured);
+   * wait; with cores / ranks threads each, they take no core from it). On
+   * GPUs: rank 0's device's bf16 peak (its spec sheet, else measured),
+   * times the GPUs the run uses (ranks sharing one count it once). */
+  int measured = 0, gpus = 0;
+  char peak_desc[400] = "";
+  par_engine_info_t ein;
+  par_engine_info(r->e, &ein);
+  if (ein.device >= 0) {
+    int dev = -1, local = 0, ndev = comm_cuda_device_count();
+    comm_local_device(eo.comm, &dev, &local);
+    gpus = local < ndev; /* the first rank on each of its node's GPUs */
+    if (size > 1) MPI_Allreduce(MPI_IN_PLACE, &gpus, 1, MPI_INT, MPI_SUM, eo.comm);
+    if (rank == 0) r->peak = lstrata_device_peak(ein.device, 1, peak_desc, sizeof peak_desc) * gpus;
+  } else if (rank == 0) {
+    r->peak = lstrata_gemm_peak(threads, 1, &measured) * size;
+  }
   if (size > 1) MPI_Barrier(eo.comm);
   if (to.resume && access(to.resume, R_OK) != 0)
     run_fail(L, 1, "train.resume: no checkpoint at '%s' (%s)", to.resume, strerror(errno));
@@ -427,11 +441,16 @@ static int l_train(lua_State *L) {
     if (lay.offload_optimizer != PAR_TIER_DEVICE)
       snprintf(zero + strlen(zero), sizeof zero - strlen(zero), ", optimizer state offloaded to %s",
                lay.offload_optimizer == PAR_TIER_NVME ? "NVMe" : "the host");
-    printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; sgemm peak %.0f "
-           "GFLOP/s per rank (%s)\n",
-           name, par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, zero, size,
-           size > 1 ? "s" : "", threads, threads > 1 ? "s" : "", r->peak / 1e9,
-           measured ? "measured now, cached" : "cached");
+    char peaks[512];
+    if (ein.device >= 0)
+      snprintf(peaks, sizeof peaks, "bf16 peak %.0f TFLOP/s per GPU x %d (%s)", r->peak / gpus / 1e12, gpus,
+               peak_desc);
+    else
+      snprintf(peaks, sizeof peaks, "sgemm peak %.0f GFLOP/s per rank (%s)", r->peak / size / 1e9,
+               measured ? "measured now, cached" : "cached");
+    printf("strata: %s: GPT %s (%.2fM parameters), %s%s, %d rank%s x %d thread%s; %s\n", name,
+           par_engine_describe(r->e, "model"), (double)np / 1e6, oc.name, zero, size, size > 1 ? "s" : "", threads,
+           threads > 1 ? "s" : "", peaks);
     if (to.batch.start > 0 || to.lr_rule != OPTIM_LR_RULE_NONE) {
       char warm[128] = "", lrs[160] = "";
       if (to.batch.start > 0 && to.batch.warmup > 0)

@@ -175,6 +175,17 @@ int lstrata_generate(par_gpt_t *m, const int32_t *prompt, int np, int n, const p
  * measure_if_missing; 0 when unknown. *measured (may be NULL): 1 when it
  * was measured now. (peak.c) */
 double lstrata_gemm_peak(int threads, int measure_if_missing, int *measured);
+/* CUDA device `device`'s bf16 GEMM peak in FLOP/s: libtensor's spec-sheet
+ * table (tensor_cuda_table_peak), else cuBLAS measured (about a second)
+ * and cached per device name when measure_if_missing; 0 when unknown.
+ * desc[n] says which (the device's name, where the figure comes from). */
+double lstrata_device_peak(int device, int measure_if_missing, char *desc, size_t n);
+/* The sustained rate of n x n x n matrix multiplies through libtensor on
+ * `device` (TENSOR_CPU: OpenBLAS sgemm blocks on this process's threads, as
+ * strata's GPT runs them; a CUDA device: cuBLAS with `dt` inputs and fp32
+ * accumulation): the best of a few timed runs after a warm-up. 0 and a
+ * message in err on failure. (peak.c) */
+double lstrata_measure_gemm(int device, tensor_dtype_t dt, int n, char *err, size_t en);
 
 /* Threads for this process: cores / ranks on this node, or STRATA_THREADS. */
 int lstrata_threads(int *cores, int *local_ranks);

@@ -23,6 +23,7 @@ ALL_TARGETS  :=
 TEST_SUITES  :=
 BENCH_PROGRAMS :=
 GPU_TESTS    :=
+GPU_MPI_TESTS :=
 GPU_BENCH    :=
 RUN_COMMAND  := @echo "strata: no main job yet"
 

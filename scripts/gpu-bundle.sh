@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# gpu-bundle.sh DEST "TESTS..." "BENCHES...": a folder that runs strata's GPU
-# tests on a machine that has the CUDA driver and toolkit but none of strata's
-# other dependencies. Programs go to DEST/tests and DEST/bench; every shared
-# library they need that is not glibc or CUDA is copied to DEST/lib (found
-# through LD_LIBRARY_PATH set by DEST/run.sh). Programs that link Open MPI run
-# as isolated singletons with the bundled MPI plugins: one GPU, one rank.
+# gpu-bundle.sh DEST "TESTS..." "BENCHES..." ["MPI TESTS..."]: a folder that
+# runs strata's GPU tests on a machine that has the CUDA driver and toolkit
+# but none of strata's other dependencies. Programs go to DEST/tests and
+# DEST/bench; every shared library they need that is not glibc or CUDA is
+# copied to DEST/lib (found through LD_LIBRARY_PATH set by DEST/run.sh).
+# Programs that link Open MPI run as isolated singletons with the bundled MPI
+# plugins: one GPU, one rank. The MPI tests (names of TESTS, NAME:N for N
+# ranks) run once more with 2 (or N) ranks under mpirun, the parallel layouts on one GPU (ranks sharing
+# it: libcomm stages their device collectives through the host): Open MPI's
+# mpirun travels too (DEST/bin/mpirun, with its PMIx plugins and help
+# texts), relocated to DEST by run.sh, so the GPU machine needs no MPI.
 set -eu
-dest=$1 tests=$2 benches=$3
+dest=$1 tests=$2 benches=$3 mpitests=${4:-}
 rm -rf "$dest"
 mkdir -p "$dest/tests" "$dest/bench" "$dest/lib"
 # glibc, the driver and the big CUDA libraries (hundreds of MiB; the GPU machine
@@ -34,6 +39,23 @@ if ls "$dest/lib" | grep -q '^libmpi\.so'; then
     cp "$f" "$dest/lib/openmpi3/"
     copy_deps "$f"
   done
+  # mpirun (orterun: a single node needs no orted) and what it reads
+  # at run time: PMIx's plugins and help texts, Open MPI's help texts
+  orterun=$(command -v mpirun 2>/dev/null || true)
+  if [ -n "$mpitests" ] && [ -n "$orterun" ]; then
+    mkdir -p "$dest/bin" "$dest/share/openmpi" "$dest/share/pmix" "$dest/lib/pmix" "$dest/etc"
+    cp -L "$orterun" "$dest/bin/mpirun"
+    copy_deps "$dest/bin/mpirun"
+    pmix=$(ldd "$plugins"/mca_pmix_*.so 2>/dev/null | awk '/libpmix/ {print $3; exit}')
+    if [ -n "$pmix" ]; then
+      pdir=$(dirname "$(readlink -f "$pmix")")
+      for f in "$pdir"/pmix/*.so; do [ -e "$f" ] && cp "$f" "$dest/lib/pmix/" && copy_deps "$f"; done
+      [ -d "$pdir/../share/pmix" ] && cp "$pdir"/../share/pmix/*.txt "$dest/share/pmix/" 2>/dev/null || true
+    fi
+    datadir=$(ompi_info --path pkgdatadir --parsable 2>/dev/null | sed -n 's/^path:pkgdatadir://p')
+    [ -d "${datadir:-/nonexistent}" ] && cp "$datadir"/*.txt "$dest/share/openmpi/" 2>/dev/null || true
+    for t in $mpitests; do echo "$t"; done >"$dest/mpi-tests"
+  fi
 fi
 cat >"$dest/run.sh" <<'RUN'
 #!/bin/sh
@@ -77,6 +99,15 @@ limit=${STRATA_GPU_TIMEOUT:-600}
 tmo=; command -v timeout >/dev/null 2>&1 && tmo="timeout $limit"
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_path="$here/lib/openmpi3"
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The bundled mpirun, relocated here: Open MPI's install directories (help
+# texts, plugins, its configuration file) and PMIx's plugins.
+if [ -x "$here/bin/mpirun" ]; then
+  export OPAL_PREFIX="$here" OPAL_EXEC_PREFIX="$here" OPAL_BINDIR="$here/bin" OPAL_LIBDIR="$here/lib"
+  export OPAL_PKGLIBDIR="$here/lib/openmpi3" OPAL_DATADIR="$here/share" OPAL_DATAROOTDIR="$here/share"
+  export OPAL_PKGDATADIR="$here/share/openmpi" OPAL_SYSCONFDIR="$here/etc"
+  export PMIX_MCA_mca_base_component_path="$here/lib/pmix" PMIX_INSTALL_PREFIX="$here"
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+fi
 if [ "${1:-}" = bench ]; then
   for b in "$here"/bench/*; do [ -x "$b" ] && $tmo "$b"; done
   exit 0
@@ -92,6 +123,29 @@ for t in "$here"/tests/*; do
   *) fail=$((fail + 1)); echo "FAIL $(basename "$t") (exit $rc)" ;;
   esac
 done
+# The multi-rank tests again with 2 (or N) ranks sharing the GPU(s), where there is
+# an mpirun (the bundled one, else the machine's). mpirun's own --timeout
+# ends a hung job (exit 110 here: a failure).
+mpirun=
+[ -x "$here/bin/mpirun" ] && mpirun="$here/bin/mpirun"
+[ -z "$mpirun" ] && command -v mpirun >/dev/null 2>&1 && mpirun=$(command -v mpirun)
+if [ -s "$here/mpi-tests" ] && [ -n "$mpirun" ]; then
+  for entry in $(cat "$here/mpi-tests"); do
+    name=${entry%%:*} np=2 # (NAME:N: N ranks)
+    [ "$entry" != "$name" ] && np=${entry#*:}
+    t="$here/tests/$name"
+    [ -x "$t" ] || continue
+    echo "gpu tests: $name with $np ranks under mpirun"
+    env -u OMPI_MCA_ess_singleton_isolated "$mpirun" -np "$np" --bind-to none --timeout "$limit" "$t"; rc=$?
+    case $rc in
+    0) pass=$((pass + 1)) ;;
+    77) skip=$((skip + 1)) ;;
+    *) fail=$((fail + 1)); echo "FAIL $name, $np ranks (exit $rc)" ;;
+    esac
+  done
+elif [ -s "$here/mpi-tests" ]; then
+  echo "gpu tests: no mpirun here: the 2-rank runs of $(tr '\n' ' ' <"$here/mpi-tests")are skipped"
+fi
 echo "gpu tests: $pass passed, $fail failed, $skip skipped"
 [ $fail = 0 ]
 RUN

@@ -299,6 +299,63 @@ static int device_side(comm_t *c, const op_args_t *a, int *on_device) {
   return STRATA_OK;
 }
 
+#ifdef STRATA_CUDA
+/* Bytes of a's send and receive buffers (this rank's). */
+static void op_bytes(const comm_t *c, const op_args_t *a, size_t *sb, size_t *rb) {
+  size_t es = comm_dtype_size(a->dt), n = a->count * es, p = (size_t)c->size, all = 0;
+  *sb = *rb = 0;
+  switch (a->kind) {
+  case COMM_K_ALLREDUCE:
+  case COMM_K_REDUCE: *sb = *rb = n; break;
+  case COMM_K_BROADCAST: *rb = n; break;
+  case COMM_K_ALLGATHER: *sb = n, *rb = n * p; break;
+  case COMM_K_ALLGATHERV:
+    for (int i = 0; i < c->size; i++) all += a->counts[i];
+    *sb = a->counts[c->rank] * es, *rb = all * es;
+    break;
+  case COMM_K_REDUCE_SCATTER: *sb = n * p, *rb = n; break;
+  case COMM_K_ALLTOALL: *sb = *rb = n * p; break;
+  case COMM_K_SEND: *sb = n; break;
+  case COMM_K_RECV: *rb = n; break;
+  default: break;
+  }
+  if (a->kind == COMM_K_REDUCE && c->rank != a->root) *rb = 0; /* (its receive buffer is left alone) */
+}
+
+/* Host staging of a device operation on a communicator whose ranks share a
+ * GPU (c->staged): *h, the same operation on pinned host buffers that keep
+ * the relation of a's (a send inside the receive buffer stays inside it, so
+ * that the in-place forms stay in place), filled from the device (cudaMemcpy,
+ * after the work queued before on the legacy stream); finish() copies the
+ * result back. */
+static int stage_in(comm_t *c, const op_args_t *a, comm_request_t *r, op_args_t *h) {
+  static int told; /* the notice, once per process (process state, as MPI's initialisation) */
+  size_t sb, rb;
+  op_bytes(c, a, &sb, &rb);
+  const char *s = a->send, *d = a->recv;
+  int inside = s && d && s >= d && s + sb <= d + rb; /* (in place) */
+  *h = *a;
+  if (comm_nccl_host_alloc(&r->stage_recv, rb + (inside ? 0 : sb)))
+    return comm_fail(c, STRATA_ENOMEM, "%s on '%s': no pinned host memory for %zu bytes of staging",
+                     comm_kind_name(a->kind), c->name, rb + sb);
+  r->stage_send = inside ? (char *)r->stage_recv + (s - d) : (char *)r->stage_recv + rb;
+  h->recv = a->recv ? r->stage_recv : NULL;
+  h->send = a->send ? r->stage_send : NULL;
+  /* what the operation reads: the send buffer; in place or a broadcast's root, the receive buffer */
+  int whole = inside || (a->kind == COMM_K_BROADCAST && c->rank == a->root);
+  if (whole ? comm_nccl_copy(r->stage_recv, d, rb, c->err, sizeof c->err)
+            : s && comm_nccl_copy(r->stage_send, s, sb, c->err, sizeof c->err))
+    return STRATA_ECUDA;
+  if (a->recv && a->kind != COMM_K_SEND) r->stage_dev = a->recv, r->stage_bytes = rb;
+  if (r->avg_buf) r->avg_buf = r->stage_recv; /* (MPI's sum, divided on the host before the copy back) */
+  if (!told && c->rank == 0)
+    fprintf(stderr, "strata: libcomm: ranks of communicator '%s' share a GPU, which NCCL refuses: its device "
+            "buffers go through host memory and MPI (slower; one GPU per rank avoids it)\n", c->name);
+  told = 1;
+  return STRATA_OK;
+}
+#endif
+
 /* Validates and posts; for a blocking call without watchdog, also runs it
  * (*done = 1). The caller owns *out and passes it to finish(). */
 static int start(comm_t *c, const op_args_t *a, int blocking, comm_request_t **out, int *done) {
@@ -371,7 +428,12 @@ static int start(comm_t *c, const op_args_t *a, int blocking, comm_request_t **o
       }
     }
   }
-  if (on_device && !is_collective(a->kind)) {
+  if (on_device && c->staged) {
+#ifdef STRATA_CUDA
+    op_args_t h;
+    if ((rc = stage_in(c, a, r, &h)) != STRATA_OK || (rc = post_mpi(c, r, &h)) != STRATA_OK) goto fail;
+#endif
+  } else if (on_device && !is_collective(a->kind)) {
 #ifdef STRATA_CUDA
     /* Queued, and posted with the other queued sends and receives of c as one
      * NCCL group: now when blocking, else by the next wait, test or device
@@ -417,6 +479,9 @@ fail:
       MPI_Wait(&r->mreq[1], MPI_STATUS_IGNORE);
     }
     free(r->counts);
+#ifdef STRATA_CUDA
+    comm_nccl_host_free(r->stage_recv);
+#endif
   }
   free(r);
   return rc;
@@ -425,6 +490,7 @@ fail:
 static void request_free(comm_request_t *r) {
 #ifdef STRATA_CUDA
   if (r->on_device) comm_nccl_event_free(r->event);
+  comm_nccl_host_free(r->stage_recv);
 #endif
   free(r->counts);
   free(r);
@@ -480,6 +546,13 @@ static int finish(comm_request_t *r, int done) {
   }
   if (rc == STRATA_OK) {
     if (r->avg_buf) comm_divide(r->avg_buf, r->avg_count, r->avg_dtype, c->size);
+#ifdef STRATA_CUDA
+    /* host staging: the result back to the device */
+    if (r->stage_dev && comm_nccl_copy(r->stage_dev, r->stage_recv, r->stage_bytes, c->err, sizeof c->err))
+      rc = STRATA_ECUDA;
+  }
+  if (rc == STRATA_OK) {
+#endif
     comm_count(c, r->kind, r->sent, r->recvd, MPI_Wtime() - r->t0);
   }
   request_free(r);

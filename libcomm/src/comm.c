@@ -39,6 +39,46 @@ static int cuda_device_count(void) {
 
 int comm_cuda_device_count(void) { return cuda_device_count(); }
 
+int comm_device_staging(int n, const int *node, const int *device) {
+  if (n < 2 || !node || !device) return 0;
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n && device[i] >= 0; j++)
+      if (node[i] == node[j] && device[i] == device[j]) return 1;
+  return 0;
+}
+
+int comm_is_staged(const comm_t *c) { return c ? c->staged : 0; }
+
+/* Whether two ranks of c share a GPU (comm_device_staging over every
+ * rank's node, named by its node's lowest rank in c, and current device).
+ * Collective over c; only on machines with GPUs. */
+static int decide_staging(comm_t *c) {
+#ifdef STRATA_CUDA
+  MPI_Comm node = MPI_COMM_NULL;
+  int mine[2] = {c->rank, comm_nccl_current_device()}, rc = STRATA_OK, mrc;
+  int *all = malloc(sizeof(int) * 2 * (size_t)c->size), *nodes = NULL, *devs = NULL;
+  if (!all || !(nodes = malloc(sizeof(int) * (size_t)c->size)) || !(devs = malloc(sizeof(int) * (size_t)c->size))) {
+    rc = comm_fail(c, STRATA_ENOMEM, "out of memory");
+    goto done;
+  }
+  if ((mrc = MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node)) != MPI_SUCCESS ||
+      (mrc = MPI_Bcast(&mine[0], 1, MPI_INT, 0, node)) != MPI_SUCCESS || /* the node's lowest rank of c */
+      (mrc = MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, c->mpi)) != MPI_SUCCESS) {
+    rc = comm_fail_mpi(c, mrc, "finding the ranks that share a GPU");
+    goto done;
+  }
+  for (int i = 0; i < c->size; i++) nodes[i] = all[2 * i], devs[i] = all[2 * i + 1];
+  c->staged = comm_device_staging(c->size, nodes, devs);
+done:
+  if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+  free(all), free(nodes), free(devs);
+  return rc;
+#else
+  (void)c;
+  return STRATA_OK;
+#endif
+}
+
 int comm_local_device(MPI_Comm comm, int *device, int *local) {
   MPI_Comm node = MPI_COMM_NULL;
   int r = 0, mrc;
@@ -97,6 +137,7 @@ static int comm_wrap(comm_t **out, MPI_Comm mpi, const comm_config_t *cfg, const
   }
   if ((rc = comm_types_init()) != STRATA_OK) goto fail;
   c->cuda_devices = cuda_device_count();
+  if (c->cuda_devices > 0 && (rc = decide_staging(c)) != STRATA_OK) goto fail;
   *out = c;
   return STRATA_OK;
 fail:

@@ -32,6 +32,7 @@ struct comm {
   int reply_slot;
   int cuda_devices;        /* 0 when no GPU (device buffers impossible) */
   struct comm_nccl *nccl;  /* created on the first device collective */
+  int staged;              /* two ranks share a GPU: device buffers go through host memory and MPI */
   /* Device sends and receives started but not yet handed to NCCL, in call
    * order: NCCL needs a send and its matching receive in one group (to self,
    * or both directions of an exchange), so non-blocking ones are posted
@@ -70,6 +71,10 @@ struct comm_request {
   size_t expect_count;
   comm_dtype_t dtype;
   int peer, tag;
+  /* host staging (c->staged): the pinned host buffers the MPI operation
+   * runs on, and where its result goes back to on the device */
+  void *stage_send, *stage_recv, *stage_dev;
+  size_t stage_bytes;
 };
 
 /* Formats the last error of c; returns code (so `return comm_fail(c, ...)`). */
@@ -100,6 +105,13 @@ void comm_count(comm_t *c, comm_kind_t kind, uint64_t sent, uint64_t recvd, doub
 /* NCCL (src/cuda/nccl.cu); only with STRATA_CUDA. */
 #ifdef STRATA_CUDA
 int comm_nccl_device_count(void);
+/* The calling thread's current CUDA device (-1 when it cannot be read). */
+int comm_nccl_current_device(void);
+/* Pinned host memory for staging, and copies between any two places
+ * (cudaMemcpy, in order with the legacy default stream's work). */
+int comm_nccl_host_alloc(void **p, size_t bytes);
+void comm_nccl_host_free(void *p);
+int comm_nccl_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen);
 int comm_nccl_is_device(const void *p);
 /* cudaSetDevice; 0 or the runtime's message in err. */
 int comm_nccl_set_device(int device, char *err, size_t errlen);

@@ -33,6 +33,26 @@ int tensor_ctx_device(const tensor_ctx_t *ctx) { return ctx->device; }
 int tensor_ctx_bf16_matmul(const tensor_ctx_t *ctx) { return ctx->bf16_matmul; }
 int tensor_ctx_attention(const tensor_ctx_t *ctx) { return ctx->attention; }
 
+int tensor_cuda_device_name(int device, char *name, size_t len) {
+  if (name && len) name[0] = 0;
+  if (!name || !len || device < 0) return STRATA_EINVAL;
+#if defined(STRATA_CUDA)
+  if (device < tcu_device_count() && tcu_device_name(device, name, len) == 0) return STRATA_OK;
+  name[0] = 0;
+#endif
+  return STRATA_EUNSUPPORTED;
+}
+
+double tensor_cuda_table_peak(const char *n) {
+  if (!n || strstr(n, "NVL")) return 0; /* H100 NVL, H200 NVL: other clocks and power */
+  if (strstr(n, "H100")) return strstr(n, "PCIe") ? 756.5e12 : 989.4e12;
+  if (strstr(n, "H200")) return 989.4e12;
+  if (strstr(n, "A100")) return 312e12;
+  if (strstr(n, "L40S")) return 362.05e12;
+  if (strstr(n, "RTX 4090")) return 165.2e12;
+  return 0;
+}
+
 int tensor_cuda_device_count(void) {
 #if defined(STRATA_CUDA)
   return tcu_device_count();
@@ -391,6 +411,35 @@ static void zero_streaming(const tensor_ctx_t *ctx, char *p, size_t n, size_t ch
 #pragma omp parallel for num_threads(ctx->threads) schedule(static)
   for (size_t off = 0; off < n; off += chunk) memset(p + off, 0, n - off < chunk ? n - off : chunk);
 #endif
+}
+
+int tensor_copy_async(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src) {
+  int rc = STRATA_OK;
+  char a[96], b[96];
+  if (!ctx) return STRATA_EINVAL;
+  CHECK(dst && src && dst->data && src->data, STRATA_EINVAL, "tensor_copy_async: NULL tensor");
+  CHECK(dst->dtype == src->dtype && tensor_numel(dst) == tensor_numel(src), STRATA_ESHAPE,
+        "tensor_copy_async: dst %s and src %s differ in dtype or size", tensor_describe(dst, a, sizeof a),
+        tensor_describe(src, b, sizeof b));
+  if (dst->device == TENSOR_CPU && src->device == TENSOR_CPU) {
+    memmove(dst->data, src->data, tensor_nbytes(src));
+  } else {
+#if defined(STRATA_CUDA)
+    TRY(tcu_memcpy_async(ctx, dst->data, dst->device, src->data, src->device, tensor_nbytes(src)));
+#else
+    CHECK(0, STRATA_EUNSUPPORTED, "tensor_copy_async: CUDA tensor on a build without CUDA");
+#endif
+  }
+fail:
+  return rc;
+}
+
+int tensor_copy_wait(tensor_ctx_t *ctx) {
+  if (!ctx) return STRATA_EINVAL;
+#if defined(STRATA_CUDA)
+  if (ctx->cuda) return tcu_copy_wait(ctx);
+#endif
+  return STRATA_OK;
 }
 
 int tensor_zero(tensor_ctx_t *ctx, tensor_t *t) {

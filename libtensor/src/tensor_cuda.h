@@ -22,6 +22,8 @@ int tensor_ctx_attention(const tensor_ctx_t *ctx);
 int tensor_seterr(tensor_ctx_t *ctx, int code, const char *fmt, ...);
 
 int tcu_device_count(void);
+/* cudaGetDeviceProperties' name of `device` into name[len]; 0 or -1. */
+int tcu_device_name(int device, char *name, size_t len);
 /* cuDNN's version (e.g. 91900) once libcudnn.so.9 is loaded, 0 when it is absent. */
 int tcu_cudnn_version(void);
 /* Builds and finalizes cuDNN's tensor and operation descriptors of the
@@ -38,6 +40,10 @@ int tcu_reserve(tensor_ctx_t *ctx, int device, void **p, size_t bytes);
 void tcu_release(int device, void *p);
 /* Copies between any two devices (TENSOR_CPU for host). */
 int tcu_memcpy(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes);
+/* tcu_memcpy on the context's copy stream, after the work queued before on
+ * the legacy stream; tcu_copy_wait waits for every copy queued there. */
+int tcu_memcpy_async(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes);
+int tcu_copy_wait(tensor_ctx_t *ctx);
 int tcu_memset0(tensor_ctx_t *ctx, void *p, size_t bytes, int device);
 int tcu_fill(tensor_ctx_t *ctx, void *p, int dtype, int64_t n, float value);
 int tcu_cast(tensor_ctx_t *ctx, void *dst, int ddt, const void *src, int sdt, int64_t n);

@@ -1,4 +1,10 @@
-/* libcomm's device path on one GPU (one NCCL rank, an Open MPI singleton).
+/* libcomm's device path on one GPU: one NCCL rank (an Open MPI singleton),
+ * or under mpirun several ranks, each on GPU (node-local rank) modulo the
+ * GPUs, so that ranks share a GPU when there are more ranks than GPUs and
+ * libcomm routes their device buffers through pinned host memory and MPI
+ * (host staging, comm_is_staged), which must then give bit for bit what
+ * the host path gives and count the same (the host path is MPI's: with
+ * several ranks the reductions really reduce).
  *
  * Every operation, dtype and reduction, in and out of place, blocking and
  * non-blocking (wait, and test polled to completion), on two libcomm
@@ -75,7 +81,9 @@ static int complete(int rc, comm_request_t **req, int mode) {
 static int run_op(comm_t *c, comm_kind_t k, void *recv, void *send, comm_dtype_t dt, comm_op_t op,
                   int mode) {
   comm_request_t *req = NULL, *req2 = NULL;
-  size_t counts[1] = {N};
+  size_t counts[64];
+  int me = comm_rank(c);
+  for (int i = 0; i < comm_size(c) && i < 64; i++) counts[i] = N;
   const int b = mode == BLOCKING;
   int rc;
   switch (k) {
@@ -102,13 +110,13 @@ static int run_op(comm_t *c, comm_kind_t k, void *recv, void *send, comm_dtype_t
              : complete(comm_ialltoall(c, recv, send, N, dt, &req), &req, mode);
   case COMM_K_SEND: /* to oneself: a receive must be in flight with the send */
     if (b) {
-      rc = comm_irecv(c, recv, N, dt, 0, 5, &req);
-      if (rc == STRATA_OK) rc = comm_send(c, send, N, dt, 0, 5);
+      rc = comm_irecv(c, recv, N, dt, me, 5, &req);
+      if (rc == STRATA_OK) rc = comm_send(c, send, N, dt, me, 5);
       int rc2 = comm_wait(&req);
       return rc ? rc : rc2;
     }
-    rc = comm_isend(c, send, N, dt, 0, 5, &req);
-    if (rc == STRATA_OK) rc = comm_irecv(c, recv, N, dt, 0, 5, &req2);
+    rc = comm_isend(c, send, N, dt, me, 5, &req);
+    if (rc == STRATA_OK) rc = comm_irecv(c, recv, N, dt, me, 5, &req2);
     if (rc == STRATA_OK) rc = complete(STRATA_OK, &req2, mode); /* the receive first */
     if (rc == STRATA_OK) rc = complete(STRATA_OK, &req, mode);
     return rc;
@@ -123,24 +131,26 @@ static void counters(comm_t *c, comm_kind_t k, comm_counter_t out[2]) {
 }
 
 static void compare(comm_t *c, comm_kind_t k, comm_dtype_t dt, comm_op_t op, int inplace, int mode) {
-  const size_t es = comm_dtype_size(dt), bytes = N * es;
+  /* (buffers of P blocks: what allgather, reduce_scatter and alltoall need) */
+  const size_t es = comm_dtype_size(dt), P = (size_t)comm_size(c), bytes = N * es * P;
   unsigned char *h_in = malloc(bytes), *h_out = malloc(bytes), *in_back = malloc(bytes),
                 *out_back = malloc(bytes), *d_in, *d_out;
   CK(cudaMalloc((void **)&d_in, bytes));
   CK(cudaMalloc((void **)&d_out, bytes));
-  fill(h_in, dt, N, (int)k + 3 * (int)dt);
+  fill(h_in, dt, N * P, (int)k + 3 * (int)dt + comm_rank(c));
   memset(h_out, 0x5a, bytes); /* a sentinel where no result is due */
   CK(cudaMemcpy(d_in, h_in, bytes, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_out, h_out, bytes, cudaMemcpyHostToDevice));
-  /* in place: recv == send; allgather(v): send at this rank's block (0) of
+  /* in place: recv == send; allgather(v): send at this rank's block of
    * recv; broadcast is always in place */
   const int ip = inplace || k == COMM_K_BROADCAST;
   void *hr = ip ? h_in : h_out, *dr = ip ? d_in : d_out;
+  size_t at = ip && (k == COMM_K_ALLGATHER || k == COMM_K_ALLGATHERV) ? (size_t)comm_rank(c) * N * es : 0;
   comm_counter_t h0[2], h1[2], d0[2], d1[2];
   counters(c, k, h0);
-  int rh = run_op(c, k, hr, h_in, dt, op, mode);
+  int rh = run_op(c, k, hr, h_in + at, dt, op, mode);
   counters(c, k, h1);
-  int rd = run_op(c, k, dr, d_in, dt, op, mode);
+  int rd = run_op(c, k, dr, d_in + at, dt, op, mode);
   counters(c, k, d1);
   memcpy(d0, h1, sizeof d0);
   char what[160];
@@ -164,8 +174,8 @@ static void compare(comm_t *c, comm_kind_t k, comm_dtype_t dt, comm_op_t op, int
             (unsigned long long)dv);
     }
     if (k == COMM_K_SEND)
-      CHECK(d1[0].bytes_sent - d0[0].bytes_sent == bytes, "%s: %llu bytes sent counted, want %zu",
-            what, (unsigned long long)(d1[0].bytes_sent - d0[0].bytes_sent), bytes);
+      CHECK(d1[0].bytes_sent - d0[0].bytes_sent == bytes / P, "%s: %llu bytes sent counted, want %zu",
+            what, (unsigned long long)(d1[0].bytes_sent - d0[0].bytes_sent), bytes / P);
   }
   CK(cudaFree(d_in));
   CK(cudaFree(d_out));
@@ -213,14 +223,20 @@ static void stream_order(comm_t *c) {
   free(h);
 }
 
-int main(void) {
-  int ndev = 0;
+int main(int argc, char **argv) {
+  int ndev = 0, dev = -1, local = 0, ranks = 1;
   comm_t *world = NULL, *dup = NULL;
-  if (comm_init(&world, NULL)) return 1; /* first, so a bundle's MPI runtime is checked anywhere */
+  /* MPI first, so a bundle's MPI runtime is checked anywhere; each rank's
+   * GPU before libcomm's communicators, which decide on host staging from
+   * the ranks' devices */
+  MPI_Init(&argc, &argv);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (comm_local_device(MPI_COMM_WORLD, &dev, &local) == STRATA_OK && dev >= 0) cudaSetDevice(dev);
+  if (comm_init(&world, NULL)) return 1;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   if (e != cudaSuccess || ndev == 0) {
     comm_destroy(world);
-    comm_finalize();
+    MPI_Finalize();
     printf("gpu_comm_nccl: no CUDA device (%s): skipped\n",
            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 77;
@@ -233,6 +249,14 @@ int main(void) {
   /* the second communicator waits under the watchdog (device events polled) */
   if (comm_set_timeout(dup, 120.0, COMM_ON_TIMEOUT_ERROR)) return 1;
 
+  /* one node here: ranks share a GPU exactly when there are more ranks than GPUs */
+  int shared = ranks > ndev;
+  CHECK(comm_is_staged(world) == shared && comm_is_staged(dup) == shared,
+        "%d ranks on %d GPUs: host staging %d/%d, expected %d", ranks, ndev, comm_is_staged(world),
+        comm_is_staged(dup), shared);
+  if (comm_rank(world) == 0)
+    printf("gpu_comm_nccl: %d rank%s on %d GPU%s: device buffers through %s\n", ranks, ranks > 1 ? "s" : "", ndev,
+           ndev > 1 ? "s" : "", shared ? "host staging and MPI" : "NCCL");
   suite(world);
   suite(dup);
   stream_order(world);
@@ -251,7 +275,7 @@ int main(void) {
 
   comm_destroy(dup);
   comm_destroy(world);
-  comm_finalize();
+  MPI_Finalize();
   printf("gpu_comm_nccl: libcomm device path %s (%d failures)\n", failures ? "FAILED" : "ok",
          failures);
   return failures ? 1 : 0;

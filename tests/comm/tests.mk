@@ -8,4 +8,5 @@ TEST_SUITES += mpi:tests/comm/mpi.list sh:tests/comm/watchdog_abort.sh
 ifeq ($(HAVE_CUDA),1)
 $(eval $(call strata_program,gpu_comm_nccl,tests/comm/gpu_nccl.c,comm))
 GPU_TESTS += $(BUILD)/bin/gpu_comm_nccl
+GPU_MPI_TESTS += gpu_comm_nccl
 endif

@@ -41,6 +41,33 @@ Test(comm, one_rank_collectives_are_identities) {
   cr_assert_eq(k.calls, 0);
 }
 
+/* The host-staging rule (NCCL refuses two ranks of a communicator on one
+ * GPU): ranks as strata places them, node-local rank modulo the node's
+ * GPUs, written out by hand for the layouts that matter. */
+Test(comm, ranks_sharing_a_gpu_need_host_staging) {
+  int one_node[4] = {0, 0, 0, 0}, two_nodes[4] = {0, 0, 4, 4};
+  int dev_1gpu[4] = {0, 0, 0, 0}, dev_2gpu[4] = {0, 1, 0, 1}, dev_4gpu[4] = {0, 1, 2, 3}, none[4] = {-1, -1, -1, -1};
+  cr_expect_eq(comm_device_staging(1, one_node, dev_1gpu), 0, "one rank: nothing shared");
+  cr_expect_eq(comm_device_staging(2, one_node, dev_1gpu), 1, "2 ranks on 1 GPU");
+  cr_expect_eq(comm_device_staging(2, one_node, dev_2gpu), 0, "2 ranks on 2 GPUs");
+  cr_expect_eq(comm_device_staging(4, one_node, dev_2gpu), 1, "4 ranks on 2 GPUs: ranks 0 and 2 share");
+  cr_expect_eq(comm_device_staging(4, one_node, dev_4gpu), 0, "4 ranks on 4 GPUs");
+  /* 2 nodes of 2 ranks with one GPU each: node-local ranks 0, 1 -> device 0, 0 */
+  int per_node_1gpu[4] = {0, 0, 0, 0};
+  cr_expect_eq(comm_device_staging(4, two_nodes, per_node_1gpu), 1, "2 ranks per node on 1 GPU each");
+  /* a data-parallel group across the nodes, one rank per node, both on their node's GPU 0 */
+  int across[2] = {0, 4}, dev0[2] = {0, 0};
+  cr_expect_eq(comm_device_staging(2, across, dev0), 0, "GPU 0 of two different nodes");
+  /* the tensor-parallel group of tp = 2 on a node with 2 GPUs, and the
+   * data-parallel group of ranks 0 and 2 there: both on GPU 0 */
+  int dp_nodes[2] = {0, 0}, dp_devs[2] = {0, 0};
+  cr_expect_eq(comm_device_staging(2, dp_nodes, dp_devs), 1, "the dp group of ranks 0 and 2 on 2 GPUs");
+  cr_expect_eq(comm_device_staging(4, one_node, none), 0, "no devices: host buffers only");
+  cr_expect_eq(comm_device_staging(4, NULL, dev_1gpu), 0);
+  cr_expect_eq(comm_is_staged(world), 0, "no GPU here (or one rank): NCCL or host buffers");
+  cr_expect_eq(comm_is_staged(NULL), 0);
+}
+
 Test(comm, bad_arguments_name_the_values) {
   float x[4] = {0};
   ASSERT_ERR(comm_allreduce(world, NULL, x, 4, COMM_F32, COMM_SUM), STRATA_EINVAL,

@@ -223,6 +223,19 @@ Test(estimate, offload_moves_states_to_the_host) {
   cr_expect(fabs(r.cpu_bytes_node - 14 * r.params) < 1e-6 * r.params);
   cr_expect(fabs(r.comm_bytes[PAR_T_OFFLOAD] - 4 * r.params) < 1e-6 * r.params);
   cr_expect(r.time[PAR_T_OPTIM] > 0 && r.time[PAR_T_OFFLOAD] >= 0);
+  /* Optimizer offload alone, as strata's engine runs it on a device: the
+   * host holds the fp32 masters, m and v (12 bytes per parameter) and a copy
+   * of the gradients in their dtype (2 bytes in fp16/bf16); in fp32 the
+   * masters are the host's copy of the parameters, the gradients 4 bytes:
+   * 16. (tests/train/gpu_offload.c compares the engine's host bytes.) */
+  l.offload_gradients = PAR_TIER_DEVICE;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &r), 0);
+  cr_expect(fabs(r.cpu_bytes_node - 14 * r.params) < 1e-6 * r.params, "%g per parameter", r.cpu_bytes_node / r.params);
+  cr_expect(r.mem[PAR_MEM_GRADS] > 0 && r.mem[PAR_MEM_OPTIM] == 0.0);
+  l.precision = PAR_PREC_FP32;
+  cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &r), 0);
+  cr_expect(fabs(r.cpu_bytes_node - 16 * r.params) < 1e-6 * r.params, "%g per parameter", r.cpu_bytes_node / r.params);
+  l.precision = PAR_PREC_FP16, l.offload_gradients = PAR_TIER_CPU;
   /* Host too small: the reason names host memory. */
   c.cpu_mem_bytes = 100e9;
   cr_assert_eq(par_plan_estimate(&m, &l, &c, NULL, &r), 0);

@@ -182,3 +182,24 @@ Test(core, zero_every_size_and_alignment) {
     free(buf);
   }
 }
+
+/* The spec-sheet bf16 peaks the runner's MFU divides by (tensor.h cites the
+ * sheets): names as cudaGetDeviceProperties reports them on these GPUs. */
+Test(core, device_table_peaks) {
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA H100 80GB HBM3"), 989.4e12);
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA H100 PCIe"), 756.5e12);
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA H200"), 989.4e12);
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA A100-SXM4-80GB"), 312e12);
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA L40S"), 362.05e12);
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA GeForce RTX 4090"), 165.2e12);
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA H100 NVL"), 0, "other clocks: measured instead");
+  cr_expect_eq(tensor_cuda_table_peak("NVIDIA H200 NVL"), 0);
+  cr_expect_eq(tensor_cuda_table_peak("Tesla V100-SXM2-32GB"), 0, "no bf16 tensor cores");
+  cr_expect_eq(tensor_cuda_table_peak(NULL), 0);
+  char name[64] = "x";
+  if (tensor_cuda_device_count() == 0) {
+    cr_expect_eq(tensor_cuda_device_name(0, name, sizeof name), STRATA_EUNSUPPORTED);
+    cr_expect_str_empty(name);
+  }
+  cr_expect_eq(tensor_cuda_device_name(-1, name, sizeof name), STRATA_EINVAL);
+}

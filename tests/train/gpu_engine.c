@@ -14,10 +14,10 @@
  * STRATA_EUNSUPPORTED naming why on every rank; "auto" falls back to the CPU
  * and trains bit for bit as the CPU engine; a bad device value is EINVAL.
  *
- * With a GPU (one rank; the bundle starts programs as Open MPI singletons,
- * so the multi-rank layouts, pipeline stages among them, run on a device
- * only under mpirun on a GPU machine with MPI, outside `make test-gpu`;
- * tensor parallelism, which needs a GPU per rank: gpu_tp_engine.c):
+ * With a GPU (the bundle starts it as an Open MPI singleton, then with 2
+ * ranks under its mpirun: data parallelism over ranks that share the GPU
+ * when there is one, libcomm staging their collectives through the host;
+ * tensor parallelism: gpu_tp_engine.c):
  *  - fp32, ZeRO 0-3, AdamW with clipping (and LAMB at stage 2), two
  *    microbatches a step at stages 2 and 3: STEPS steps give the CPU
  *    engine's losses and gradient norms within 2e-5 and 1e-4 relative, and
@@ -56,7 +56,7 @@
  *  - memory: the model states per rank are the planner's exactly, and the
  *    device accountant's peak less states and pass buffers is within 10% of
  *    the planner's activations, as zero_equiv.c checks on the CPU.
- *  - optimizer offload on a device is refused by name. */
+ *  (optimizer offload and the chunk policy on a device: gpu_offload.c) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,12 +76,11 @@ typedef struct {
   double tol_loss, tol_gnorm, tol_move;
 } case_t;
 
-static int create(par_engine_t **e, int device, const case_t *k, int offload, char *err, size_t n) {
+static int create(par_engine_t **e, int device, const case_t *k, char *err, size_t n) {
   par_layout_t lay = PAR_LAYOUT_DEFAULTS;
   lay.dp = ranks, lay.zero_stage = k->zero, lay.microbatch = 4,
   lay.global_batch = 4 * ranks * k->accum;
   lay.precision = k->prec;
-  if (offload) lay.offload_optimizer = PAR_TIER_CPU;
   par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
   oc.name = k->opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
@@ -263,18 +262,18 @@ static void without_gpu(void) {
   case_t k = {1, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0};
   char err[1024];
   par_engine_t *e = NULL;
-  int rc = create(&e, PAR_DEVICE_CUDA, &k, 0, err, sizeof err);
+  int rc = create(&e, PAR_DEVICE_CUDA, &k, err, sizeof err);
   CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "device cuda") &&
             (strstr(err, "no CUDA device") || strstr(err, "without nvcc")),
         "device cuda without a GPU: status %d, '%s'", rc, err);
   if (rank == 0) printf("gpu_engine: device cuda here: %s\n", err);
   par_engine_destroy(e), e = NULL;
-  rc = create(&e, 0, &k, 0, err, sizeof err);
+  rc = create(&e, 0, &k, err, sizeof err);
   CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "cuda:0"), "cuda:0 without a GPU: status %d, '%s'",
         rc, err);
   if (rank == 0) printf("gpu_engine: device 0 here: %s\n", err);
   par_engine_destroy(e), e = NULL;
-  rc = create(&e, -7, &k, 0, err, sizeof err);
+  rc = create(&e, -7, &k, err, sizeof err);
   CHECK(rc == STRATA_EINVAL && strstr(err, "device -7"), "device -7: status %d, '%s'", rc, err);
   par_engine_destroy(e), e = NULL;
   /* auto: the CPU engine, bit for bit */
@@ -332,16 +331,6 @@ int main(int argc, char **argv) {
   }
   int device = -1;
   comm_local_device(MPI_COMM_WORLD, &device, NULL);
-  /* the refusal of what does not run on a device yet */
-  {
-    case_t k = {0, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0};
-    char err[1024];
-    par_engine_t *e = NULL;
-    int rc = create(&e, device, &k, 1, err, sizeof err);
-    CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "does not run on a device yet"),
-          "optimizer offload on a device: status %d, '%s'", rc, err);
-    par_engine_destroy(e);
-  }
   equivalence(device);
   checkpoints(device);
   memory(device);

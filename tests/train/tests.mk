@@ -19,15 +19,24 @@ $(eval $(call strata_program,elastic_migrate,tests/train/elastic_migrate.c,paral
 # needs no GPU: device requests refused by name, auto falling back to the CPU.
 $(eval $(call strata_program,gpu_engine,tests/train/gpu_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_engine
+GPU_MPI_TESTS += gpu_engine
 # Megatron 1D tensor parallelism (tp = 2) on CUDA devices against the CPU:
-# needs mpirun and a GPU per rank (its header says how to run it); in the
-# bundle (one rank) it exits 77; --cpu-checks in mpi.list.
+# needs mpirun (the bundle runs it with 2 ranks, sharing a GPU if need be;
+# as a singleton it exits 77); --cpu-checks in mpi.list.
 $(eval $(call strata_program,gpu_tp_engine,tests/train/gpu_tp_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_tp_engine
 # 2D, 2.5D and 3D tensor parallelism on CUDA devices against the CPU (the
-# layers alone and the engine): mpirun -np 4 or 8 with a GPU per rank (its
-# header says how); in the bundle (one rank) it exits 77; --cpu-checks in
-# mpi.list (4 ranks: auto's fallback, cuda's refusal, the cases with the
-# CPU as the device).
+# layers alone and the engine): mpirun -np 4 or 8 (its header says how; the
+# bundle runs it with 4 ranks sharing the GPUs, as a singleton it exits 77);
+# --cpu-checks in mpi.list (4 ranks: auto's fallback, cuda's refusal, the
+# cases with the CPU as the device).
 $(eval $(call strata_program,gpu_tpmd_engine,tests/train/gpu_tpmd_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_tpmd_engine
+GPU_MPI_TESTS += gpu_tpmd_engine:4
+GPU_MPI_TESTS += gpu_tp_engine
+# ZeRO-Offload on CUDA devices against the CPU engine, device and host bytes
+# against the planner, checkpoints both ways (make test-gpu; under mpirun
+# several ranks may share one GPU); --cpu-checks in mpi.list.
+$(eval $(call strata_program,gpu_offload,tests/train/gpu_offload.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_offload
+GPU_MPI_TESTS += gpu_offload

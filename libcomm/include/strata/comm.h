@@ -322,6 +322,28 @@ STRATA_API int comm_local_device(MPI_Comm comm, int *device, int *local);
  * (msg, may be NULL, says which), STRATA_ECUDA when the runtime refuses. */
 STRATA_API int comm_cuda_set_device(int device, char *msg, size_t msglen);
 
+/* ---- ranks sharing a GPU ------------------------------------------------
+ * NCCL refuses a communicator with two ranks on the same device ("Duplicate
+ * GPU"). libcomm therefore decides, when it makes a communicator (on a
+ * machine with GPUs), from every rank's node and current CUDA device at
+ * that moment (pick the device first, as the engine does), whether two of
+ * its ranks share one; if so, device buffers of that communicator go
+ * through host memory and MPI instead of NCCL: copied to a pinned host
+ * buffer, the MPI operation, copied back, with the same byte counters and
+ * the same completion guarantees (a wait or test reports the result on the
+ * device). The first such communicator of a process says so on stderr
+ * (its rank 0). Slower than NCCL, so meant for tests and several ranks on
+ * one GPU, not for training at speed. */
+
+/* Whether ranks placed on node[i] with CUDA device device[i] (i < n; -1:
+ * no device) would put two ranks on one GPU: 1 when two ranks with the
+ * same node have the same device >= 0, else 0 (also for n < 2 or NULL
+ * arrays). Pure: the rule libcomm applies. */
+STRATA_API int comm_device_staging(int n, const int *node, const int *device);
+/* 1 when c routes device buffers through host staging (see above), 0 when
+ * through NCCL (or c is NULL). */
+STRATA_API int comm_is_staged(const comm_t *c);
+
 #ifdef __cplusplus
 }
 #endif

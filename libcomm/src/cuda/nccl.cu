@@ -29,6 +29,35 @@ extern "C" int comm_nccl_device_count(void) {
   return n;
 }
 
+extern "C" int comm_nccl_current_device(void) {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+extern "C" int comm_nccl_host_alloc(void **p, size_t bytes) {
+  *p = NULL;
+  if (cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess) return 0;
+  cudaGetLastError();
+  *p = NULL;
+  return -1;
+}
+
+extern "C" void comm_nccl_host_free(void *p) {
+  if (p) cudaFreeHost(p);
+}
+
+extern "C" int comm_nccl_copy(void *dst, const void *src, size_t bytes, char *err, size_t errlen) {
+  cudaError_t e = bytes ? cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) : cudaSuccess;
+  if (e == cudaSuccess) return 0;
+  snprintf(err, errlen, "cudaMemcpy of %zu bytes (host staging): %s", bytes, cudaGetErrorString(e));
+  cudaGetLastError();
+  return -1;
+}
+
 extern "C" int comm_nccl_set_device(int device, char *err, size_t errlen) {
   cudaError_t e = cudaSetDevice(device);
   if (e == cudaSuccess) return 0;

@@ -156,6 +156,7 @@ int chunks_create(par_engine_t *e) {
   oc.budget[OFFLOAD_DEVICE] = (size_t)e->opts.device_bytes;
   oc.budget[OFFLOAD_HOST] = e->opts.host_bytes > 0 ? (size_t)e->opts.host_bytes : total;
   oc.budget[OFFLOAD_NVME] = 0;
+  oc.cuda_device = e->device; /* (on a GPU: the device tier is its memory, the host's chunks pinned) */
   char err[600];
   if ((rc = offload_create(&e->off, &oc, err, sizeof err)))
     return engine_fail(e, 1, rc, "offload (device_mb %.1f, chunk %zu bytes): %s", e->opts.device_bytes / 1048576.0,
@@ -220,7 +221,6 @@ static int list_id(par_engine_t *e, int r, int grads) { return grads ? grad_id(e
  * src (in), tensor by tensor at their offsets; afterwards each tensor is
  * released to st (nothing else in the chunk's bytes is read or written). */
 static int chunk_copy(par_engine_t *e, int c, int grads, char *buf, int out, offload_state_t st) {
-  size_t wsz = tensor_dtype_size(e->wdt);
   for (int r = 0; r < e->nregions; r++) {
     if (e->pchunk[r] != c) continue;
     int id = list_id(e, r, grads), rc;
@@ -228,8 +228,11 @@ static int chunk_copy(par_engine_t *e, int c, int grads, char *buf, int out, off
     size_t off;
     if ((rc = off_get(e, id, OFFLOAD_DEVICE, &p, grads ? "gradients to reduce" : "parameters to gather"))) return rc;
     offload_tensor_place(e->off, id, NULL, &off);
-    if (out) memcpy(buf + off, p, e->regions[r].n * wsz);
-    else memcpy(p, buf + off, e->regions[r].n * wsz);
+    /* (device memory on a GPU: libtensor's copies, in order with the passes' work) */
+    tensor_t c = tensor_view1(p, e->wdt, e->device, (int64_t)e->regions[r].n);
+    tensor_t b = tensor_view1(buf + off, e->wdt, e->device, (int64_t)e->regions[r].n);
+    if ((rc = out ? tensor_copy(e->tc, &b, &c) : tensor_copy(e->tc, &c, &b)))
+      return engine_fail(e, 0, rc, "chunks: %s", tensor_last_error(e->tc));
     if ((rc = off_put(e, id, st))) return rc;
   }
   return STRATA_OK;
@@ -461,9 +464,9 @@ int chunks_resident(par_engine_t *e, int r, int on) {
     void *w;
     if ((rc = off_get(e, e->g32_id, OFFLOAD_HOST, &w, "fp32 gradients"))) return rc;
     e->g32_res = w;
-    tensor_t d = tensor_view1(w, TENSOR_F32, e->device, (int64_t)e->regions[r].n);
-    tensor_t s = tensor_view1(res[OFF_GRADS], e->wdt, e->device, (int64_t)e->regions[r].n);
-    if ((rc = state_convert(e, &d, 0, &s, 0, e->regions[r].n))) return rc;
+    tensor_t d = tensor_view1(w, TENSOR_F32, TENSOR_CPU, (int64_t)e->regions[r].n); /* (on the host) */
+    tensor_t s = tensor_view1(res[OFF_GRADS], e->wdt, TENSOR_CPU, (int64_t)e->regions[r].n);
+    if ((rc = tensor_cast(e->tc, &d, &s))) return engine_fail(e, 0, rc, "chunks: %s", tensor_last_error(e->tc));
   }
   return STRATA_OK;
 }

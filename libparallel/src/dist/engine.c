@@ -116,10 +116,6 @@ static const char *device_unready(const par_engine_t *e, const par_layout_t *lay
   if (lay->sp > 1) snprintf(buf, n, "sp=%d (ring self-attention)", lay->sp);
   else if (lay->pp > 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
     snprintf(buf, n, "the interleaved pipeline schedule (NCCL matches a peer's sends in call order, not by tag)");
-  else if (lay->offload_optimizer != PAR_TIER_DEVICE)
-    snprintf(buf, n, "offload=%s (the optimizer state in liboffload's tiers)",
-             lay->offload_optimizer == PAR_TIER_NVME ? "optimizer-nvme" : "optimizer");
-  else if (e->opts.offload_chunks) snprintf(buf, n, "the chunk policy (offload.policy = \"chunks\")");
   else return NULL;
   return buf;
 }
@@ -173,6 +169,8 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
     return engine_fail(e, 1, STRATA_EINVAL, "layout: %s", why);
   int rc;
   if ((rc = pick_device(e, lay))) return rc;
+  e->host_opt = e->device >= 0 && lay->offload_optimizer != PAR_TIER_DEVICE; /* ZeRO-Offload on a device */
+  e->opt_host = e->host_opt || (e->device >= 0 && e->opts.offload_chunks);
   if (lay->tp_mode != PAR_TP_1D && (lay->pp > 1 || lay->sp > 1 || e->opts.offload_chunks))
     return engine_fail(e, 1, STRATA_EUNSUPPORTED,
                        "layout: 2D, 2.5D and 3D tensor parallelism train with data parallelism and ZeRO, without "
@@ -308,7 +306,9 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   e->seq = e->opts.seq ? e->opts.seq : mc->seq;
   /* The optimizer first: its configuration decides the state's arrays. */
   char err[512];
-  rc = engine_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->device, e->groups, err, sizeof err);
+  /* (ZeRO-Offload on a device: liboptim's CPU update of the host's arrays) */
+  rc = engine_optim_create(&e->opt, oc, e->opts.steps, e->opts.threads, e->opt_host ? TENSOR_CPU : e->device,
+                           e->groups, err, sizeof err);
   if (rc != STRATA_OK) return engine_fail(e, 1, rc, "%s", err);
   snprintf(e->optim_name, sizeof e->optim_name, "%s", oc->name);
   par_optim_describe(oc, e->optim_desc, sizeof e->optim_desc);
@@ -409,6 +409,11 @@ int par_engine_info(const par_engine_t *e, par_engine_info_t *out) {
         out->offload_moved += os.moved[a][b], out->offload_moved_tier[a][b] = os.moved[a][b];
     out->offload_device_bytes = os.held[OFFLOAD_DEVICE];
   }
+  if (e->stage_off) { /* ZeRO-Offload on a device: the gradients' pinned staging is host memory too */
+    offload_stats_t os;
+    offload_stats(e->stage_off, &os);
+    out->offload_host_bytes += os.held[OFFLOAD_HOST];
+  }
   if (e->chunks) {
     offload_stats_t os;
     offload_stats(e->off, &os);
@@ -441,28 +446,31 @@ int par_engine_get_params(par_engine_t *e, float *out) {
   const par_gpt_view_t *last = par_gpt_view(e->model, par_gpt_num_views(e->model) - 1);
   size_t total = last->offset + last->numel; /* this rank's tensor slice of every view */
   if (e->pp > 1) memset(out, 0, total * sizeof *out); /* each stage its own regions, summed over the pipeline */
+  /* the fp32 values are the masters (mixed precision; ZeRO-Offload on a
+   * device, fp32 too), on the host there */
+  int ms = e->mixed || e->host_opt, sdev = e->host_opt ? TENSOR_CPU : e->device;
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
     if (!g->n || (r == 0 && e->pp > 1 && e->stage != 0)) continue; /* another stage's; the tied embedding's copy */
-    if (e->mixed && (rc = state_resident(e, r, 1))) break;
-    float *res0 = e->nvme && e->mixed ? e->res[OFF_ARRAYS * r] : NULL; /* ZeRO-Infinity: the region's masters */
+    if (ms && (rc = state_resident(e, r, 1))) break;
+    float *res0 = e->nvme && ms ? e->res[OFF_ARRAYS * r] : NULL; /* ZeRO-Infinity: the region's masters */
     /* the fp32 values: the parameters, or under mixed precision the masters */
-    const float *src = e->mixed ? (e->zero == 0 ? (res0 ? res0 : (const float *)e->master.data + g->foff) : NULL)
-                                : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
+    const float *src = ms ? (e->zero == 0 ? (res0 ? res0 : (const float *)e->master.data + g->foff) : NULL)
+                          : (e->zero <= 2 ? (const float *)e->full_p.data + g->foff : NULL);
     if (!src) { /* sharded: gathered */
       int64_t n = (int64_t)((size_t)e->size * g->shard);
-      const float *part = res0 ? res0 : (const float *)(e->mixed ? e->master.data : e->shard_p.data) + g->soff;
-      if ((rc = tensor_alloc(e->tc, &buf, TENSOR_F32, e->device, 1, &n)))
+      const float *part = res0 ? res0 : (const float *)(ms ? e->master.data : e->shard_p.data) + g->soff;
+      if ((rc = tensor_alloc(e->tc, &buf, TENSOR_F32, sdev, 1, &n)))
         return engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
       if ((rc = comm_allgather(e->comm, buf.data, part, g->shard, COMM_F32)))
         rc = comm_failed(e, rc);
       src = buf.data;
     }
     tensor_t d = tensor_view1(out + g->off, TENSOR_F32, TENSOR_CPU, (int64_t)g->n);
-    tensor_t sv = tensor_view1((float *)src, TENSOR_F32, e->device, (int64_t)g->n);
+    tensor_t sv = tensor_view1((float *)src, TENSOR_F32, sdev, (int64_t)g->n);
     if (!rc && (rc = tensor_copy(e->tc, &d, &sv))) engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
     if (buf.data) tensor_free(e->tc, &buf);
-    if (e->mixed && !rc) rc = state_resident(e, r, 0);
+    if (ms && !rc) rc = state_resident(e, r, 0);
   }
   if (!rc && e->pp > 1 && (rc = comm_allreduce(e->ppc, out, out, total, COMM_F32, COMM_SUM)))
     engine_fail(e, 0, rc, "%s", comm_last_error(e->ppc));
@@ -593,7 +601,7 @@ static int sum_views(par_engine_t *e, double *sq, int w) {
 static int grad_sumsq(par_engine_t *e) {
   int rc = STRATA_OK;
   for (int i0 = 0, i1 = e->npieces; i0 < e->npieces && !rc; i0 = i1) {
-    int r = e->chunks ? state_region_pieces(e, i0, &i1) : -1;
+    int r = e->chunks || e->host_opt ? state_region_pieces(e, i0, &i1) : -1;
     if (r >= 0 && (rc = state_resident(e, r, 1))) break;
     for (int i = i0; i < i1 && r >= 0; i++) {
       float *p, *g, *m, *v;
@@ -655,8 +663,9 @@ static int update_streamed(par_engine_t *e, float scale) {
         void *lowp;
         state_piece_ptrs(e, i, &p, &g, &m, &v, &lowp);
         e->tens[i].param = p, e->tens[i].m = m, e->tens[i].v = v;
-        if (e->chunks) e->tens[i].grad = g, e->tens[i].lowp = lowp;
+        if (e->chunks || e->host_opt) e->tens[i].grad = g, e->tens[i].lowp = lowp;
       }
+      e->pushing = e->host_opt && phase == 1; /* (the region's release sends its parameters to the device) */
       double *sq = e->sq + 2 * (size_t)i0;
       size_t nsq = 2 * (size_t)(i1 - i0);
       if (phase == 0) rc = optim_partials(e->opt, sq, nsq, e->tens + i0, i1 - i0, scale);
@@ -664,13 +673,17 @@ static int update_streamed(par_engine_t *e, float scale) {
       if (rc) engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));
       for (int i = i0; i < i1; i++) {
         e->tens[i].param = NULL, e->tens[i].m = e->tens[i].v = NULL;
-        if (e->chunks) e->tens[i].grad = NULL, e->tens[i].lowp = NULL;
+        if (e->chunks || e->host_opt) e->tens[i].grad = NULL, e->tens[i].lowp = NULL;
       }
+      if (rc) e->pushing = 0; /* (a failed update sends nothing) */
       int rr = state_resident(e, r, 0);
+      e->pushing = 0;
       if (!rc) rc = rr;
     }
     if (!rc && phase == 0) rc = sum_views(e, e->sq, 2);
   }
+  int w = state_copies_wait(e); /* (the parameters on the device before the next pass) */
+  if (!rc) rc = w;
   if (rc) {
     optim_set_step(e->opt, s0); /* (the step is not counted) */
     return rc;
@@ -698,7 +711,7 @@ static void record_trust(par_engine_t *e, int whole) {
 
 static int update(par_engine_t *e, float scale) {
   int rc, kind = par_optim_kind(e->optim_name);
-  if (e->nvme || e->chunks) return update_streamed(e, scale);
+  if (e->nvme || e->chunks || e->host_opt) return update_streamed(e, scale);
   if (kind != OPTIM_LAMB && kind != OPTIM_LARS) {
     if ((rc = optim_step(e->opt, e->tens, e->npieces, scale)) != STRATA_OK)
       return engine_fail(e, 0, rc, "optimizer: %s", optim_last_error(e->opt));

@@ -144,7 +144,7 @@ static const char *arrays_of(const par_engine_t *e) {
  * else its piece. */
 static void read_part(par_engine_t *e, const int *piece_of, int i, char what, int64_t *off, int64_t *cnt,
                       float **data) {
-  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2 && !e->mixed);
+  int whole = e->zero == 0 || (what == 'p' && e->zero <= 2 && !e->mixed && !e->host_opt);
   if (!whole) {
     part(e, piece_of, i, what, off, cnt, data);
     return;
@@ -213,7 +213,8 @@ static int ckpt_part(void *ctx, par_engine_t *e, char what, int view, int nr, co
   if (nr == 0) off = cnt = &zero, nr = 1;
   int64_t n = 0;
   for (int k = 0; k < nr; k++) n += cnt[k];
-  if (e->device >= 0 && data && n > 0) return view_io_staged(e, io->c, io->writing, name, v, nr, off, cnt, n, data);
+  /* (ZeRO-Offload on a device: every part is on the host) */
+  if (e->device >= 0 && !e->opt_host && data && n > 0) return view_io_staged(e, io->c, io->writing, name, v, nr, off, cnt, n, data);
   return io->writing ? par_ckpt_write_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data)
                      : par_ckpt_read_ranges(io->c, name, v->ndim, v->global, nr, off, cnt, data);
 }

@@ -38,6 +38,7 @@ typedef struct {
   comm_request_t *gather;   /* ZeRO-3: the gather in flight */
   comm_request_t *reduce;   /* the reduction of its gradients in flight */
   int reduce_into_scratch;  /* ZeRO-2/3: the reduction lands in scratch, to be added */
+  int final;                /* ZeRO-2/3: the reduction in flight is the step's last microbatch's */
   int bucket;               /* ZeRO-0: its bucket */
 } region_t;
 
@@ -101,6 +102,27 @@ struct par_engine {
    * state_resident holds the region; res[3 r + k] (k: masters, m, v) point
    * at them then, and e->master, e->m, e->v hold nothing. */
   int nvme;
+  /* ZeRO-Offload on a device (host_opt: layout.offload_optimizer with
+   * device >= 0): the fp32 masters (fp32 runs too: the device's parameters
+   * cannot be the CPU's to update), m and v in `off`'s host tier (pinned),
+   * the update by liboptim's CPU optimizer region by region (as under
+   * ZeRO-Infinity); this rank's gradients (its optimizer layout, in the
+   * parameters' dtype) copied to the pinned `gstage` on libtensor's copy
+   * stream (ZeRO 2-3: each region's as soon as its reduction finished, while
+   * backward goes on), widened per region into g32r (mixed); the update
+   * writes the 16-bit parameters into the region's place in gstage (its
+   * gradients are consumed by then) and they go back to the device on the
+   * copy stream while the next region updates (fp32: the masters go). */
+  int host_opt;
+  int opt_host;      /* the optimizer's arrays on the host while the model is on a device: host_opt, or
+                        the chunk policy on a device (its update runs on the host, chunks_resident) */
+  offload_t *stage_off; /* host_opt: gstage's manager (a host tier of one pinned chunk) */
+  tensor_t gstage;   /* host_opt: n_opt elements of wdt on the host */
+  tensor_t g32r;     /* host_opt, mixed: one region's fp32 gradients on the host */
+  int g32r_region;   /* the region they are (-1: none) */
+  int g32_live;      /* host_opt: gstage holds this step's gradients */
+  int pushing;       /* host_opt: state_resident(r, 0) sends region r's updated parameters to the device */
+  char *d2h;         /* host_opt: per region, its gradients' copy is queued */
   int *off_ids;     /* per region OFF_ARRAYS tensors of liboffload (-1: none) */
   float **res;      /* and where each is while resident (NULL otherwise) */
   /* PatrickStar's chunk policy (opts.offload_chunks; chunks.c): every
@@ -216,6 +238,9 @@ int state_zero_grads(par_engine_t *e);
 /* Waits for every reduction in flight; finishes the shard gradients
  * (ZeRO 1: moves each region's reduced part into place). */
 int state_finish_reductions(par_engine_t *e);
+/* ZeRO-Offload on a device: waits for the copies between the device and
+ * the host in flight (libtensor's copy stream). */
+int state_copies_wait(par_engine_t *e);
 /* After the update: ZeRO 1-2 gather the updated shards into the full parameters. */
 int state_gather_updates(par_engine_t *e);
 /* Mixed precision: the 16-bit parameters from the fp32 masters (each rank
@@ -227,7 +252,9 @@ int state_sync_lowp(par_engine_t *e);
 int state_take_g32(par_engine_t *e);
 void state_drop_g32(par_engine_t *e);
 /* ZeRO-Infinity: brings region r's optimizer arrays to the host (on) or
- * lets them go back (off); no-op without it. */
+ * lets them go back (off); ZeRO-Offload on a device: region r's gradients
+ * widened to fp32 on the host (on), its updated parameters sent to the
+ * device (off, while e->pushing); no-op without either. */
 int state_resident(par_engine_t *e, int r, int on);
 /* The region of piece i. */
 int state_piece_region(const par_engine_t *e, int i);

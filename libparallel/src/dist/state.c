@@ -136,6 +136,8 @@ static int comm_fail(par_engine_t *e, int rc) { return engine_fail(e, 0, rc, "%s
  * part (MPI's in-place reduce-scatter leaves it at the region's start) to
  * this rank's place; ZeRO 2-3 add an accumulated microbatch into the shard
  * gradients and release the region's gradient bucket. */
+static int host_grads_out(par_engine_t *e, int r);
+
 static int reduced(par_engine_t *e, region_t *g, int r) {
   int rc;
   if (e->zero == 1 && e->rank > 0 &&
@@ -146,6 +148,10 @@ static int reduced(par_engine_t *e, region_t *g, int r) {
       if ((rc = state_accumulate(e, &e->shard_g, g->soff, &g->grads, 0, g->shard))) return rc;
       g->reduce_into_scratch = 0;
     }
+    /* ZeRO-Offload on a device: the step's shard of this region is final:
+     * its copy to the host overlaps the rest of backward */
+    if (e->host_opt && g->final && (rc = host_grads_out(e, r))) return rc;
+    g->final = 0;
     state_give_back(e, &g->grads);
     if (!e->mixed) /* the model's gradients pointed into the bucket */
       par_gpt_bind(e->model, r, e->zero == 3 ? F(&g->gathered) : F(&e->full_p) + g->foff, NULL);
@@ -387,6 +393,7 @@ static int post_reduction(par_engine_t *e, int r) {
   int rc = STRATA_OK;
   if (r == 0 && e->reducing) e->t_backward_end = engine_now();
   if (e->mixed && (rc = stage_grads(e, g))) return rc;
+  g->final = e->reducing;
   if (e->size == 1) { /* nothing to reduce; ZeRO 2-3 still move the bucket into the shard */
     if (e->zero >= 2) {
       g->reduce_into_scratch = e->microbatch > 0;
@@ -459,14 +466,21 @@ void state_release_all(par_engine_t *e) {
   for (int r = 0; r < e->nregions; r++) {
     region_t *g = &e->regions[r];
     comm_wait(&g->gather), comm_wait(&g->reduce);
-    g->reduce_into_scratch = 0;
+    g->reduce_into_scratch = 0, g->final = 0;
     state_give_back(e, &g->grads), state_give_back(e, &g->gathered), state_give_back(e, &g->wp), state_give_back(e, &g->wg);
   }
+  state_copies_wait(e);
+  e->pushing = 0;
   state_drop_g32(e);
 }
 
 int state_zero_grads(par_engine_t *e) {
   if (e->chunks) return chunks_begin_step(e);
+  if (e->host_opt) { /* (a failed step's copies may still read the gradients) */
+    int w = state_copies_wait(e);
+    if (w) return w;
+    memset(e->d2h, 0, (size_t)e->nregions);
+  }
   tensor_t *t = e->zero <= 1 ? &e->full_g : &e->shard_g;
   int rc = tensor_zero(e->tc, t);
   return rc ? engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc)) : STRATA_OK;
@@ -521,6 +535,17 @@ void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, f
   size_t shard = rg->soff + rel - (size_t)e->rank * rg->shard; /* in the shard buffers */
   size_t st = e->zero == 0 ? full : shard;
   void *stored = e->zero <= 2 ? at(&e->full_p, full) : at(&e->shard_p, shard);
+  if (e->host_opt) { /* the optimizer's arrays and gradients on the host; o: in the region's part */
+    size_t o = st - (e->zero == 0 ? rg->foff : rg->soff);
+    float **res = e->nvme ? e->res + OFF_ARRAYS * r : NULL;
+    *p = res ? (res[OFF_MASTER] ? res[OFF_MASTER] + o : NULL) : F(&e->master) + st;
+    *m = res ? (res[OFF_M] ? res[OFF_M] + o : NULL) : e->m.data ? F(&e->m) + st : NULL;
+    *v = res ? (res[OFF_V] ? res[OFF_V] + o : NULL) : e->v.data ? F(&e->v) + st : NULL;
+    if (e->mixed) *g = e->g32r_region == r ? F(&e->g32r) + o : NULL;
+    else *g = e->g32_live ? (float *)at(&e->gstage, st) : NULL;
+    if (lowp) *lowp = e->mixed ? at(&e->gstage, st) : NULL;
+    return;
+  }
   if (e->chunks) { /* (ZeRO-0, whole regions) the arrays while resident, else NULL */
     float **res = e->res + OFF_ARRAYS * r;
     void *lp = res[OFF_PARAMS] ? (char *)res[OFF_PARAMS] + rel * tensor_dtype_size(e->wdt) : NULL;
@@ -555,8 +580,20 @@ void state_piece_ptrs(par_engine_t *e, int i, float **p, float **g, float **m, f
 
 /* ------------------------------------------------------------ mixed precision */
 
+static int push_params(par_engine_t *e, int r, int cast);
+
 int state_sync_lowp(par_engine_t *e) {
   int rc = STRATA_OK;
+  if (e->host_opt) { /* the masters on the host: to the device's parameters (fp32 runs too) */
+    for (int r = 0; r < e->nregions && !rc; r++) {
+      if (!e->regions[r].n || (rc = state_resident(e, r, 1))) continue;
+      rc = push_params(e, r, 1);
+      int rr = state_resident(e, r, 0);
+      if (!rc) rc = rr;
+    }
+    int w = state_copies_wait(e);
+    return rc ? rc : w ? w : state_gather_updates(e);
+  }
   if (!e->mixed) return STRATA_OK;
   for (int r = 0; r < e->nregions && !rc; r++) {
     region_t *g = &e->regions[r];
@@ -565,9 +602,10 @@ int state_sync_lowp(par_engine_t *e) {
     int in_off = e->nvme || e->chunks; /* the masters: the region's tensor of liboffload */
     tensor_t mr = in_off ? tensor_view1(e->res[OFF_ARRAYS * r], TENSOR_F32, e->device, 1) : e->master;
     size_t mo = in_off ? 0 : e->zero == 0 ? g->foff : g->soff; /* the region's first master element */
-    if (e->chunks) {
-      tensor_t lp = tensor_view1(e->res[OFF_ARRAYS * r + OFF_PARAMS], e->wdt, e->device, (int64_t)g->n);
-      rc = state_convert(e, &lp, 0, &mr, 0, g->n);
+    if (e->chunks) { /* both resident on the host (also when the model is on a device) */
+      tensor_t lp = tensor_view1(e->res[OFF_ARRAYS * r + OFF_PARAMS], e->wdt, TENSOR_CPU, (int64_t)g->n);
+      tensor_t ms = tensor_view1(e->res[OFF_ARRAYS * r], TENSOR_F32, TENSOR_CPU, (int64_t)g->n);
+      if ((rc = tensor_cast(e->tc, &lp, &ms))) tensor_fail(e, rc);
     } else if (e->zero == 0) rc = state_convert(e, &e->full_p, g->foff, &mr, mo, (size_t)e->size * g->shard);
     else if (e->zero == 3) rc = state_convert(e, &e->shard_p, g->soff, &mr, mo, g->shard);
     else rc = state_convert(e, &e->full_p, g->foff + (size_t)e->rank * g->shard, &mr, mo, g->shard);
@@ -579,6 +617,13 @@ int state_sync_lowp(par_engine_t *e) {
 
 int state_take_g32(par_engine_t *e) {
   int rc;
+  if (e->host_opt) { /* the regions whose copies backward has not queued yet, then all of them here */
+    for (int r = 0; r < e->nregions; r++)
+      if ((rc = host_grads_out(e, r))) return rc;
+    if ((rc = state_copies_wait(e))) return rc;
+    e->g32_live = 1;
+    return STRATA_OK;
+  }
   if (!e->mixed || e->chunks) return STRATA_OK; /* (the chunk policy's: per region, chunks_resident) */
   size_t n32 = e->zero == 0 ? e->nfull : e->nshard;
   if (e->g32_id >= 0) { /* ZeRO-Offload: on the host, for the CPU optimizer */
@@ -605,6 +650,11 @@ int state_take_g32(par_engine_t *e) {
 }
 
 void state_drop_g32(par_engine_t *e) {
+  if (e->host_opt) {
+    e->g32_live = 0, e->g32r_region = -1;
+    for (int i = 0; i < e->npieces && e->tens; i++) e->tens[i].grad = NULL;
+    return;
+  }
   if (!e->g32.data) return;
   if (e->g32_id >= 0) { /* its chunk goes back to the host tier's pool */
     offload_release(e->off, e->g32_id, OFFLOAD_FREE);
@@ -622,7 +672,7 @@ void state_drop_g32(par_engine_t *e) {
  * where the rank holds it (stages 0-2 in fp32, stage 0's masters), else
  * its shard (by global index, so that every layout draws the same values). */
 static float *init_range(par_engine_t *e, region_t *g, size_t *a, size_t *b) {
-  int sharded = e->mixed ? e->zero >= 1 : e->zero == 3;
+  int masters = e->mixed || e->host_opt, sharded = masters ? e->zero >= 1 : e->zero == 3;
   *a = sharded ? (size_t)e->rank * g->shard : 0;
   *b = sharded ? *a + g->shard : g->n;
   if (*b > g->n) *b = g->n;
@@ -631,8 +681,8 @@ static float *init_range(par_engine_t *e, region_t *g, size_t *a, size_t *b) {
     *a = 0, *b = chunks_owned(e, (int)(g - e->regions)) ? g->n : 0;
     return e->mixed ? res[OFF_MASTER] : res[OFF_PARAMS];
   }
-  if (e->nvme && e->mixed) return res[OFF_MASTER]; /* the region's masters, resident */
-  tensor_t *t = e->mixed ? &e->master : e->zero == 3 ? &e->shard_p : &e->full_p;
+  if (e->nvme && masters) return res[OFF_MASTER]; /* the region's masters, resident */
+  tensor_t *t = masters ? &e->master : e->zero == 3 ? &e->shard_p : &e->full_p;
   return sharded ? F(t) + g->soff : F(t) + g->foff;
 }
 
@@ -655,7 +705,7 @@ static int read_init(par_engine_t *e) {
     if (!e->regions[r].n || (rc = state_resident(e, r, 1))) continue;
     float *dst = init_range(e, &e->regions[r], &a, &b);
     if (a < b) {
-      tensor_t d = tensor_view1(dst, TENSOR_F32, e->device, (int64_t)(b - a));
+      tensor_t d = tensor_view1(dst, TENSOR_F32, e->opt_host ? TENSOR_CPU : e->device, (int64_t)(b - a));
       tensor_t s = tensor_view1((float *)src + e->regions[r].off + a, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
       if ((rc = tensor_copy(e->tc, &d, &s))) tensor_fail(e, rc);
     }
@@ -673,7 +723,16 @@ static int init_params(par_engine_t *e) {
     if (!e->regions[r].n) continue;
     if ((rc = state_resident(e, r, 1))) return rc;
     float *dst = init_range(e, &e->regions[r], &a, &b);
-    if (a < b && par_gpt_init_values(e->model, e->opts.seed, e->regions[r].off + a, b - a, dst))
+    if (a < b && e->opt_host) { /* the model draws on its device: through a device buffer to the host's arrays */
+      tensor_t t = {0}, h = tensor_view1(dst, TENSOR_F32, TENSOR_CPU, (int64_t)(b - a));
+      if ((rc = alloc(e, &t, TENSOR_F32, b - a, "initial values"))) return rc;
+      if (par_gpt_init_values(e->model, e->opts.seed, e->regions[r].off + a, b - a, t.data))
+        rc = engine_fail(e, 0, STRATA_EINVAL, "initialising: %s", par_gpt_last_error(e->model));
+      else if ((rc = tensor_copy(e->tc, &h, &t)))
+        tensor_fail(e, rc);
+      release(e, &t);
+      if (rc) return rc;
+    } else if (a < b && par_gpt_init_values(e->model, e->opts.seed, e->regions[r].off + a, b - a, dst))
       return engine_fail(e, 0, STRATA_EINVAL, "initialising: %s", par_gpt_last_error(e->model));
     if ((rc = state_resident(e, r, 0))) return rc;
   }
@@ -736,8 +795,9 @@ static const int opt_bits[3] = {4, 1, 2};
 static int open_offload(par_engine_t *e, size_t most, size_t host, size_t nvme) {
   offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
   char err[600];
-  if (e->device != TENSOR_CPU)
+  if (e->device != TENSOR_CPU && !e->host_opt)
     return engine_fail(e, 1, STRATA_EUNSUPPORTED, "optimizer offload runs on the CPU path in this build");
+  oc.cuda_device = e->host_opt ? e->device : -1; /* host chunks pinned: the copies to and from the device */
   oc.chunk_bytes = round_up((most ? most : 1) * sizeof(float), 4096);
   oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_HOST] = host * oc.chunk_bytes;
   if (e->opts.host_bytes > 0) oc.budget[OFFLOAD_HOST] = (size_t)e->opts.host_bytes; /* the user's budget */
@@ -755,7 +815,8 @@ static int open_offload(par_engine_t *e, size_t most, size_t host, size_t nvme) 
  * optimizer's; state_take_g32). */
 static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
   int count = !!(arrays & 1) + !!(arrays & 2) + !!(arrays & 4);
-  int rc = open_offload(e, n, (size_t)count + (e->mixed ? 1 : 0) + !count, 0);
+  int g32 = e->mixed && !e->host_opt; /* (on a device the gradients wait in gstage) */
+  int rc = open_offload(e, n, (size_t)count + (size_t)g32 + !count, 0);
   if (rc) return rc;
   tensor_t *ts[3] = {&e->master, &e->m, &e->v};
   for (int k = 0, t; k < 3; k++) {
@@ -764,9 +825,9 @@ static int offload_optimizer(par_engine_t *e, int arrays, size_t n) {
     if ((rc = offload_tensor_add(e->off, n * sizeof(float), &t)) ||
         (rc = offload_access(e->off, t, OFFLOAD_HOST, &p)))
       return engine_fail(e, 0, rc, "optimizer offload: %s", offload_error(e->off));
-    *ts[k] = tensor_view1(p, TENSOR_F32, e->device, (int64_t)n);
+    *ts[k] = tensor_view1(p, TENSOR_F32, e->host_opt ? TENSOR_CPU : e->device, (int64_t)n);
   }
-  if (e->mixed && (rc = offload_tensor_add(e->off, n * sizeof(float), &e->g32_id)))
+  if (g32 && (rc = offload_tensor_add(e->off, n * sizeof(float), &e->g32_id)))
     return engine_fail(e, 0, rc, "optimizer offload: %s", offload_error(e->off));
   return STRATA_OK;
 }
@@ -801,9 +862,123 @@ static int offload_nvme(par_engine_t *e, int arrays) {
   return STRATA_OK;
 }
 
+/* ------------------------------------------------------------ ZeRO-Offload on a device */
+
+/* Region r's part of the optimizer's layout: its first element there and its length. */
+static size_t opt_start(const par_engine_t *e, const region_t *g) { return e->zero == 0 ? g->foff : g->soff; }
+
+/* Where region r's part of the optimizer's layout is on the device: its
+ * parameters (grads 0) or its reduced gradients (grads 1). */
+static void dev_place(par_engine_t *e, const region_t *g, int grads, tensor_t **t, size_t *off) {
+  size_t mine = g->foff + (size_t)e->rank * g->shard;
+  if (e->zero == 0) *t = grads ? &e->full_g : &e->full_p, *off = g->foff;
+  else if (grads) *t = e->zero == 1 ? &e->full_g : &e->shard_g, *off = e->zero == 1 ? mine : g->soff;
+  else *t = e->zero == 3 ? &e->shard_p : &e->full_p, *off = e->zero == 3 ? g->soff : mine;
+}
+
+/* n elements of dt between the host and the device, on libtensor's copy stream. */
+static int xfer(par_engine_t *e, void *dst, int ddev, void *src, int sdev, tensor_dtype_t dt, size_t n) {
+  tensor_t d = tensor_view1(dst, dt, ddev, (int64_t)n), s = tensor_view1(src, dt, sdev, (int64_t)n);
+  int rc = tensor_copy_async(e->tc, &d, &s);
+  return rc ? tensor_fail(e, rc) : STRATA_OK;
+}
+
+int state_copies_wait(par_engine_t *e) {
+  if (!e->host_opt) return STRATA_OK;
+  int rc = tensor_copy_wait(e->tc);
+  return rc ? tensor_fail(e, rc) : STRATA_OK;
+}
+
+/* Queues region r's gradients (this rank's part, as the reductions left
+ * them) to gstage, once a step. */
+static int host_grads_out(par_engine_t *e, int r) {
+  region_t *g = &e->regions[r];
+  size_t n = opt_len(e, g), off;
+  tensor_t *t;
+  if (!n || e->d2h[r]) return STRATA_OK;
+  dev_place(e, g, 1, &t, &off);
+  e->d2h[r] = 1;
+  return xfer(e, at(&e->gstage, opt_start(e, g)), TENSOR_CPU, at(t, off), e->device, e->wdt, n);
+}
+
+/* Region r's updated parameters to the device: the 16-bit copy the update
+ * wrote into gstage (cast: rounded from the masters here first), or in an
+ * fp32 run the masters themselves. On the copy stream, while the next
+ * region updates; an fp32 run's masters on NVMe go at once (the tier may
+ * move them after the region is released). */
+static int push_params(par_engine_t *e, int r, int cast) {
+  region_t *g = &e->regions[r];
+  size_t n = opt_len(e, g), o = opt_start(e, g), off;
+  tensor_t *t;
+  int rc;
+  if (!n) return STRATA_OK;
+  float *mst = e->nvme ? e->res[OFF_ARRAYS * r + OFF_MASTER] : F(&e->master) + o;
+  dev_place(e, g, 0, &t, &off);
+  if (e->mixed) {
+    tensor_t lp = tensor_view1(at(&e->gstage, o), e->wdt, TENSOR_CPU, (int64_t)n);
+    tensor_t ms = tensor_view1(mst, TENSOR_F32, TENSOR_CPU, (int64_t)n);
+    if (cast && (rc = tensor_cast(e->tc, &lp, &ms))) return tensor_fail(e, rc);
+    return xfer(e, at(t, off), e->device, lp.data, TENSOR_CPU, e->wdt, n);
+  }
+  if ((rc = xfer(e, at(t, off), e->device, mst, TENSOR_CPU, TENSOR_F32, n))) return rc;
+  return e->nvme ? state_copies_wait(e) : STRATA_OK;
+}
+
+/* state_resident's part: region r's fp32 gradients from gstage while the
+ * step's are there (mixed); its parameters back to the device after its
+ * update. */
+static int host_resident_on(par_engine_t *e, int r) {
+  region_t *g = &e->regions[r];
+  size_t n = opt_len(e, g);
+  if (!e->mixed || !e->g32_live || !n) return STRATA_OK;
+  tensor_t d = tensor_view1(e->g32r.data, TENSOR_F32, TENSOR_CPU, (int64_t)n);
+  tensor_t s = tensor_view1(at(&e->gstage, opt_start(e, g)), e->wdt, TENSOR_CPU, (int64_t)n);
+  int rc = tensor_cast(e->tc, &d, &s);
+  if (rc) return tensor_fail(e, rc);
+  e->g32r_region = r;
+  return STRATA_OK;
+}
+
+static int host_resident_off(par_engine_t *e, int r) {
+  int rc = e->pushing ? push_params(e, r, 0) : STRATA_OK;
+  if (e->g32r_region == r) e->g32r_region = -1;
+  return rc;
+}
+
+/* The pinned staging of the gradients and 16-bit parameters (a manager of
+ * its own: a host tier of one chunk, pinned for the engine's life), and a
+ * region's fp32 gradients (mixed). */
+static int open_staging(par_engine_t *e) {
+  size_t n = e->zero == 0 ? e->nfull : e->nshard, most = 1, wsz = tensor_dtype_size(e->wdt);
+  offload_config_t oc = OFFLOAD_CONFIG_DEFAULTS;
+  char err[600];
+  void *p = NULL;
+  int id, rc;
+  oc.chunk_bytes = round_up((n ? n : 1) * wsz, 4096);
+  oc.budget[OFFLOAD_DEVICE] = 0, oc.budget[OFFLOAD_HOST] = oc.chunk_bytes, oc.budget[OFFLOAD_NVME] = 0;
+  oc.cuda_device = e->device;
+  if ((rc = offload_create(&e->stage_off, &oc, err, sizeof err)))
+    return engine_fail(e, 1, rc, "optimizer offload: the gradients' staging: %s", err);
+  if ((rc = offload_tensor_add(e->stage_off, n * wsz, &id)) || (rc = offload_access(e->stage_off, id, OFFLOAD_HOST, &p)))
+    return engine_fail(e, 0, rc, "optimizer offload: the gradients' staging: %s", offload_error(e->stage_off));
+  e->gstage = tensor_view1(p, e->wdt, TENSOR_CPU, (int64_t)n);
+  if (!(e->d2h = calloc((size_t)e->nregions, 1)))
+    return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
+  for (int r = 0; r < e->nregions; r++)
+    if (opt_len(e, &e->regions[r]) > most) most = opt_len(e, &e->regions[r]);
+  if (e->mixed) {
+    int64_t len = (int64_t)most;
+    if ((rc = tensor_alloc(e->tc, &e->g32r, TENSOR_F32, TENSOR_CPU, 1, &len))) return tensor_fail(e, rc);
+  }
+  return STRATA_OK;
+}
+
 int state_resident(par_engine_t *e, int r, int on) {
-  if (!e->nvme && !e->chunks) return STRATA_OK;
-  for (int k = 0; k < 3; k++) {
+  int rc0 = STRATA_OK;
+  if (!e->nvme && !e->chunks && !e->host_opt) return STRATA_OK;
+  /* (before the NVMe tier may take the masters back: the fp32 run's push reads them) */
+  if (e->host_opt && !on && (rc0 = host_resident_off(e, r))) return rc0;
+  for (int k = 0; k < 3 && (e->nvme || e->chunks); k++) {
     int id = e->off_ids[OFF_ARRAYS * r + k], rc;
     if (id < 0) continue;
     void *p = NULL;
@@ -811,12 +986,13 @@ int state_resident(par_engine_t *e, int r, int on) {
     if (rc) return engine_fail(e, 0, rc, "optimizer state of region %d: %s", r, offload_error(e->off));
     e->res[OFF_ARRAYS * r + k] = p;
   }
+  if (e->host_opt && on) return host_resident_on(e, r);
   return e->chunks ? chunks_resident(e, r, on) : STRATA_OK;
 }
 
 int state_create(par_engine_t *e) {
   int rc, dp = e->size, arrays;
-  e->g32_id = -1;
+  e->g32_id = -1, e->g32r_region = -1;
   e->nregions = par_gpt_num_regions(e->model);
   if (!(e->regions = calloc((size_t)e->nregions, sizeof *e->regions)))
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory");
@@ -830,7 +1006,7 @@ int state_create(par_engine_t *e) {
   }
   size_t np = e->zero <= 2 ? e->nfull : e->nshard, ng = e->zero <= 1 ? e->nfull : e->nshard;
   size_t no = e->zero == 0 ? e->nfull : e->nshard, wsz = tensor_dtype_size(e->wdt);
-  arrays = e->state_arrays | (e->mixed ? 4 : 0);
+  arrays = e->state_arrays | (e->mixed || e->host_opt ? 4 : 0);
   if (e->chunks) { /* everything in liboffload's chunks */
     rc = chunks_create(e);
   } else {
@@ -838,6 +1014,7 @@ int state_create(par_engine_t *e) {
                       : alloc(e, &e->shard_p, e->wdt, e->nshard, "parameter shard");
     if (!rc) rc = e->zero <= 1 ? alloc(e, &e->full_g, e->wdt, e->nfull, "gradients")
                                : alloc(e, &e->shard_g, e->wdt, e->nshard, "gradient shard");
+    if (!rc && e->host_opt) rc = open_staging(e);
     if (!rc && e->layout.offload_optimizer == PAR_TIER_CPU) rc = offload_optimizer(e, arrays, no);
     else if (!rc && e->layout.offload_optimizer == PAR_TIER_NVME) rc = offload_nvme(e, arrays);
     else {
@@ -868,8 +1045,12 @@ void state_destroy(par_engine_t *e) {
   state_release_all(e);
   release(e, &e->full_p), release(e, &e->full_g), release(e, &e->shard_p), release(e, &e->shard_g);
   chunks_destroy(e);
-  free(e->off_ids), free(e->res);
-  e->off_ids = NULL, e->res = NULL, e->nvme = 0;
+  free(e->off_ids), free(e->res), free(e->d2h);
+  e->off_ids = NULL, e->res = NULL, e->d2h = NULL, e->nvme = 0;
+  if (e->g32r.data) tensor_free(e->tc, &e->g32r);
+  memset(&e->gstage, 0, sizeof e->gstage);
+  offload_destroy(e->stage_off);
+  e->stage_off = NULL;
   if (e->off) { /* views of the host tier's chunks */
     memset(&e->m, 0, sizeof e->m), memset(&e->v, 0, sizeof e->v), memset(&e->master, 0, sizeof e->master);
     offload_destroy(e->off);

@@ -204,7 +204,7 @@ static void resume_changes(loop_t *lp, const char *what, const char *then, const
 static int columns(loop_t *lp) {
   par_engine_t *e = lp->e;
   int kind = par_optim_kind(e->optim_name), nv = par_gpt_num_views(e->model), nt = 0;
-  int trust = (kind == OPTIM_LAMB || kind == OPTIM_LARS) && e->pp < 2 && !e->nvme && !e->chunks;
+  int trust = (kind == OPTIM_LAMB || kind == OPTIM_LARS) && e->pp < 2 && !e->nvme && !e->chunks && !e->host_opt;
   size_t chars = 0;
   for (int v = 0; trust && v < nv; v++)
     if (par_gpt_view(e->model, v)->decay) nt++, chars += strlen(par_gpt_view(e->model, v)->name) + 7;

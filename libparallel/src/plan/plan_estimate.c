@@ -273,6 +273,11 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
     out->mem[PAR_MEM_OPTIM] = obytes;
   } else {
     off[l->offload_optimizer] += obytes;
+    /* fp32 runs too keep an fp32 copy of the parameters beside m and v:
+     * the host's update writes it and sends it to the device, whose own
+     * parameters the CPU cannot update in place (strata's engine on a
+     * device, state.c). */
+    if (!mixed) off[l->offload_optimizer] += held * 4.0 / oshard;
     /* The host update reads a gradient copy (ZeRO-Offload keeps fp16
      * gradients on the CPU) unless the gradients live there already. */
     if (l->offload_gradients == PAR_TIER_DEVICE) off[PAR_TIER_CPU] += held * wb / oshard;

@@ -104,6 +104,23 @@ STRATA_API const char *tensor_strerror(int code);
 STRATA_API int tensor_ctx_threads(const tensor_ctx_t *ctx);
 /* Number of CUDA devices usable by this build (0 without CUDA or GPU). */
 STRATA_API int tensor_cuda_device_count(void);
+/* The name of CUDA device `device` as the runtime reports it (for example
+ * "NVIDIA H100 80GB HBM3") into name[len] (always terminated, "" on
+ * failure); STRATA_EUNSUPPORTED on a build without CUDA or where there is
+ * no such device. */
+STRATA_API int tensor_cuda_device_name(int device, char *name, size_t len);
+/* A GPU's dense bf16 tensor-core peak (fp32 accumulation) in FLOP/s from
+ * its vendor's spec sheet, by the name tensor_cuda_device_name gives; 0 for
+ * a device not in the table (H100 NVL, H200 NVL and others of other clocks
+ * included): measure it then. Model FLOPs utilisation (MFU) as PaLM defines
+ * it (Chowdhery et al., arXiv 2204.02311, appendix B) divides by this.
+ * The sheets quote the sparse rate beside the dense one; these are dense:
+ * H100 SXM5 989.4 and H100 PCIe 756.5 TFLOP/s (NVIDIA H100 datasheet,
+ * 1,979 / 1,513 "with sparsity"); H200 989.4 (H200 datasheet, SXM); A100
+ * 312 (A100 datasheet, 624 with sparsity); L40S 362.05 (L40S datasheet);
+ * GeForce RTX 4090 165.2 (Ada Lovelace whitepaper, appendix A, FP16/BF16
+ * tensor with FP32 accumulate). Pure: no device needed. */
+STRATA_API double tensor_cuda_table_peak(const char *name);
 /* The version of the cuDNN library attention can use (e.g. 91900 for 9.19.0),
  * loaded on first call; 0 on builds without CUDA or where libcudnn.so.9 is
  * absent. */
@@ -179,6 +196,15 @@ STRATA_API char *tensor_describe(const tensor_t *t, char *buf, size_t len);
 
 /* dst = src, same dtype and element count, any two devices. */
 STRATA_API int tensor_copy(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* tensor_copy queued on the context's copy stream, after the work queued
+ * on the context's stream before the call and without holding up the work
+ * queued there after it (a transfer between the host and a device then
+ * overlaps computation; host memory must be pinned for that, as
+ * liboffload's host tier is). dst and src must stay untouched, and dst
+ * unread, until tensor_copy_wait. Host to host: a copy at once. */
+STRATA_API int tensor_copy_async(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* Waits for every copy tensor_copy_async queued on ctx (no-op when none). */
+STRATA_API int tensor_copy_wait(tensor_ctx_t *ctx);
 /* dst = (dtype of dst) src: casts between f32, bf16 and f16 (round to nearest
  * even); same shape and device. */
 STRATA_API int tensor_cast(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);

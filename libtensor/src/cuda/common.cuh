@@ -46,6 +46,8 @@ struct tcu_state {
   size_t scratch_bytes;
   int *flag; /* device-side error flag (e.g. an embedding id out of range) */
   tcu_sdpa *sdpa; /* NULL until attention first goes to cuDNN */
+  cudaStream_t copy;   /* tensor_copy_async's stream (non-blocking; NULL until first used) */
+  cudaEvent_t copy_ev; /* recorded on the legacy stream before each async copy */
 };
 
 /* The context's CUDA state, created on first use on the context's device. */

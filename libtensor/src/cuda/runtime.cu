@@ -1,5 +1,6 @@
 /* CUDA runtime pieces of libtensor: state, memory, copies, casts, GEMMs
  * (cuBLAS, bf16 inputs with f32 accumulation) and the element-wise kernels. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common.cuh"
@@ -11,6 +12,16 @@ extern "C" int tcu_device_count(void) {
     return 0;
   }
   return n;
+}
+
+extern "C" int tcu_device_name(int device, char *name, size_t len) {
+  cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  snprintf(name, len, "%s", p.name);
+  return 0;
 }
 
 int tcu_state_get(tensor_ctx_t *ctx, tcu_state **out) {
@@ -66,6 +77,7 @@ extern "C" void tcu_ctx_destroy(tensor_ctx_t *ctx) {
   cudaSetDevice(s->device);
   cudaDeviceSynchronize();
   tcu_sdpa_destroy(s);
+  if (s->copy) cudaStreamDestroy(s->copy), cudaEventDestroy(s->copy_ev);
   cublasDestroy(s->blas);
   cudaFree(s->scratch);
   cudaFree(s->flag);
@@ -88,6 +100,37 @@ extern "C" int tcu_memcpy(tensor_ctx_t *ctx, void *dst, int ddev, const void *sr
     CU(cudaSetDevice(ddev >= 0 ? ddev : sdev));
     CU(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
   }
+  return STRATA_OK;
+}
+
+/* The copy stream is non-blocking, so the legacy stream's later work does
+ * not wait for it (that is the overlap); an event orders it after the work
+ * queued there before the call (the copy reads what that work wrote). */
+extern "C" int tcu_memcpy_async(tensor_ctx_t *ctx, void *dst, int ddev, const void *src, int sdev, size_t bytes) {
+  tcu_state *s = NULL;
+  int rc = tcu_state_get(ctx, &s);
+  if (rc) return rc;
+  if (ddev >= 0 && sdev >= 0 && ddev != sdev) return tcu_memcpy(ctx, dst, ddev, src, sdev, bytes);
+  if (!s->copy) {
+    CU(cudaStreamCreateWithFlags(&s->copy, cudaStreamNonBlocking));
+    cudaError_t e = cudaEventCreateWithFlags(&s->copy_ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      cudaStreamDestroy(s->copy);
+      s->copy = NULL;
+      CU(e);
+    }
+  }
+  CU(cudaEventRecord(s->copy_ev, cudaStreamLegacy));
+  CU(cudaStreamWaitEvent(s->copy, s->copy_ev, 0));
+  CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->copy));
+  return STRATA_OK;
+}
+
+extern "C" int tcu_copy_wait(tensor_ctx_t *ctx) {
+  tcu_state *s = NULL;
+  int rc = tcu_state_get(ctx, &s);
+  if (rc) return rc;
+  if (s->copy) CU(cudaStreamSynchronize(s->copy));
   return STRATA_OK;
 }
 
