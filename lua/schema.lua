@@ -65,7 +65,7 @@ local sections = {
     precision = {t = ENUM, values = {"fp32", "bf16", "fp16"}, default = "fp32",
                  doc = "parameters, gradients and communication; bf16/fp16 keep fp32 masters and compute in fp32"},
     device = {t = ENUM, values = {"cpu", "cuda", "auto"}, default = "cpu",
-              doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL; auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu. Not yet on a device: tp_mode 2d, 2.5d and 3d, sp > 1, the interleaved schedule, optimizer and chunk offload"},
+              doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL; auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu. Not yet on a device: tp_mode 2d, 2.5d and 3d, optimizer and chunk offload"},
     bf16_matmul = {t = BOOL, default = false,
                    doc = "on a GPU: the model's GEMMs with bf16 inputs and fp32 accumulation (tensor cores); ignored on the CPU"},
   },
@@ -495,12 +495,10 @@ local function check_relations(c, refuse)
   if p.device == "cuda" then -- (auto on a GPU machine meets the engine's own refusal, naming the same)
     local what = p.tp > 1 and p.tp_mode ~= "1d"
                    and string.format('tensor parallelism with parallel.tp_mode = "%s"', p.tp_mode)
-                 or p.sp > 1 and "ring self-attention (parallel.sp > 1)"
-                 or p.pp > 1 and p.schedule == "interleaved" and "the interleaved pipeline schedule"
                  or c.offload.policy ~= "none" and string.format('offload.policy = "%s"', c.offload.policy)
     if what then
       refuse("parallel.device", p.device, what .. ' does not run on a device yet; train it with parallel.device = "cpu"',
-             "parallel.tp", "parallel.tp_mode", "parallel.sp", "parallel.schedule", "offload.policy")
+             "parallel.tp", "parallel.tp_mode", "offload.policy")
     end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then

@@ -24,3 +24,8 @@ GPU_TESTS += $(BUILD)/bin/gpu_engine
 # bundle (one rank) it exits 77; --cpu-checks in mpi.list.
 $(eval $(call strata_program,gpu_tp_engine,tests/train/gpu_tp_engine.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_tp_engine
+# The interleaved pipeline schedule and ring self-attention (sp = 2) on CUDA
+# devices against the CPU: needs mpirun and a GPU per rank (its header says
+# how to run it); in the bundle (one rank) it exits 77; --cpu-checks in mpi.list.
+$(eval $(call strata_program,gpu_pp_engine,tests/train/gpu_pp_engine.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_pp_engine

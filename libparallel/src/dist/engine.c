@@ -113,9 +113,6 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
 static const char *device_unready(const par_engine_t *e, const par_layout_t *lay, char *buf, size_t n) {
   if (lay->tp > 1 && lay->tp_mode != PAR_TP_1D) /* (Megatron's 1D runs: its collectives take device buffers) */
     snprintf(buf, n, "tp=%d (2D, 2.5D and 3D tensor parallelism: their layers are CPU code)", lay->tp);
-  else if (lay->sp > 1) snprintf(buf, n, "sp=%d (ring self-attention)", lay->sp);
-  else if (lay->pp > 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
-    snprintf(buf, n, "the interleaved pipeline schedule (NCCL matches a peer's sends in call order, not by tag)");
   else if (lay->offload_optimizer != PAR_TIER_DEVICE)
     snprintf(buf, n, "offload=%s (the optimizer state in liboffload's tiers)",
              lay->offload_optimizer == PAR_TIER_NVME ? "optimizer-nvme" : "optimizer");
