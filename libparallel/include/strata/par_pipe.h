@@ -64,13 +64,14 @@ STRATA_API int par_pipe_ops(const par_pipe_t *p, int stage, const par_pipe_op_t 
  * receives in call order, and each communicator's operations run one group
  * after another on one stream, a send waiting (beyond NCCL's buffers) for
  * its receive. Posting each message when one's own schedule reaches it is
- * then not enough: under the interleaved schedule (and two stages, where
- * activations and gradients share a link both ways) a stage's group can
- * hold a send whose receive sits in its peer's next group while the peer's
- * group holds a send whose receive sits in its own next one, and both wait
- * for ever. So the step is cut into rounds, found by running the schedule in
- * lock step: in round t a stage runs its next operation when that
- * operation's input was produced in a round before t. Every message is
+ * then not enough: under the interleaved schedule a stage's group can hold
+ * a send whose receive sits in its peer's next group while the peer's group
+ * holds a send whose receive sits in a later group of the first stage's (a
+ * cycle through one or more stages), and all of them wait for ever
+ * (tests/plan/test_pipe.c replays such a case). So the step is cut into
+ * rounds, found by running the schedule in lock step: in round t a stage
+ * runs its next operation when that operation's input was produced in a
+ * round before t. Every message is
  * posted in the round of the operation that produces it, by both its
  * sender (after that operation) and its receiver (whose consumer runs in a
  * later round), as one group per stage and round, in the order (kind,
