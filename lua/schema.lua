@@ -65,7 +65,7 @@ local sections = {
     precision = {t = ENUM, values = {"fp32", "bf16", "fp16"}, default = "fp32",
                  doc = "parameters, gradients and communication; bf16/fp16 keep fp32 masters and compute in fp32"},
     device = {t = ENUM, values = {"cpu", "cuda", "auto"}, default = "cpu",
-              doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL (ranks sharing a GPU: through pinned host memory and MPI, one notice line); auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu. Not yet on a device: sp > 1, the interleaved schedule"},
+              doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL (ranks sharing a GPU: through pinned host memory and MPI, one notice line); auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu"},
     bf16_matmul = {t = BOOL, default = false,
                    doc = "on a GPU: the model's GEMMs with bf16 inputs and fp32 accumulation (tensor cores); ignored on the CPU"},
   },
@@ -490,14 +490,6 @@ local function check_relations(c, refuse)
                 or p.seq_parallel and "has nothing to split with parallel.seq_parallel (the kept inputs are split already)"
     if why then
       refuse("parallel.partition_activations", true, why, "model.recompute", "parallel.tp", "parallel.seq_parallel")
-    end
-  end
-  if p.device == "cuda" then -- (auto on a GPU machine meets the engine's own refusal, naming the same)
-    local what = p.sp > 1 and "ring self-attention (parallel.sp > 1)"
-                 or p.pp > 1 and p.schedule == "interleaved" and "the interleaved pipeline schedule"
-    if what then -- (every offload.policy runs on a device)
-      refuse("parallel.device", p.device, what .. ' does not run on a device yet; train it with parallel.device = "cpu"',
-             "parallel.sp", "parallel.schedule")
     end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then

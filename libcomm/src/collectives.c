@@ -574,6 +574,14 @@ static int run_async(comm_t *c, const op_args_t *a, comm_request_t **req) {
   return start(c, a, 0, req, &done);
 }
 
+int comm_flush(comm_t *c) {
+  if (!c) return STRATA_EINVAL;
+#ifdef STRATA_CUDA
+  if (c->p2p_head) return comm_nccl_p2p_flush(c);
+#endif
+  return STRATA_OK;
+}
+
 int comm_wait(comm_request_t **req) {
   if (!req || !*req) return STRATA_OK;
   comm_request_t *r = *req;

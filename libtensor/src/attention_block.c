@@ -8,13 +8,24 @@
  * each block's probabilities from the final log-sum-exp (algorithm 2).
  * Positions are global: key j of a block starting at k0 is visible to
  * query i of a block starting at q0 when k0 + j <= q0 + i. Per (batch,
- * head), OpenBLAS GEMMs on one thread each, OpenMP over the pairs. */
+ * head), OpenBLAS GEMMs on one thread each, OpenMP over the pairs; tensors
+ * on a CUDA device go to the twins in cuda/attention_block.cu. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "tensor_internal.h"
+#if defined(STRATA_CUDA)
+#include "tensor_cuda.h"
+#endif
+
+/* A device tensor in a build without CUDA cannot exist; said all the same. */
+#if defined(STRATA_CUDA)
+#define ON_DEVICE(call) TRY(call)
+#else
+#define ON_DEVICE(call) CHECK(0, STRATA_EUNSUPPORTED, "%s: CUDA tensors in a build without CUDA", fn)
+#endif
 
 /* q (B,Tq,C), k and v (B,Tk,C), and a (B,NH,Tq) row tensor: shapes agree. */
 static int check_block(tensor_ctx_t *ctx, const char *fn, const tensor_t *q, const tensor_t *k, const tensor_t *v,
@@ -25,8 +36,9 @@ static int check_block(tensor_ctx_t *ctx, const char *fn, const tensor_t *q, con
   TRY(tensor_check(ctx, fn, "k", k, TENSOR_F32, 3, 3));
   TRY(tensor_check(ctx, fn, "v", v, TENSOR_F32, 3, 3));
   TRY(tensor_check(ctx, fn, "rows", row, TENSOR_F32, 3, 3));
-  CHECK(q->device == TENSOR_CPU && k->device == TENSOR_CPU && v->device == TENSOR_CPU, STRATA_EUNSUPPORTED,
-        "%s: blockwise attention runs on the CPU in this build", fn);
+  TRY(tensor_check_device(ctx, fn, "k", k, q->device));
+  TRY(tensor_check_device(ctx, fn, "v", v, q->device));
+  TRY(tensor_check_device(ctx, fn, "rows", row, q->device));
   CHECK(tensor_same_shape(k, v) && k->shape[0] == q->shape[0] && k->shape[2] == q->shape[2], STRATA_ESHAPE,
         "%s: k %s and v must match q %s in batch and width", fn, tensor_describe(k, s1, sizeof s1),
         tensor_describe(q, s2, sizeof s2));
@@ -53,8 +65,15 @@ int tensor_attention_block_forward(tensor_ctx_t *ctx, tensor_t *acc, tensor_t *m
   TRY(check_block(ctx, fn, q, k, v, m, heads));
   TRY(tensor_check(ctx, fn, "acc", acc, TENSOR_F32, 3, 3));
   CHECK(tensor_same_shape(acc, q) && tensor_same_shape(l, m), STRATA_ESHAPE, "%s: acc or l misshapen", fn);
+  TRY(tensor_check_device(ctx, fn, "acc", acc, q->device));
+  TRY(tensor_check_device(ctx, fn, "l", l, q->device));
   int B = (int)q->shape[0], Tq = (int)q->shape[1], Tk = (int)k->shape[1], C = (int)q->shape[2], hs = C / heads;
   if (k0 > q0 + Tq - 1) goto fail; /* every key is ahead of every query */
+  if (q->device != TENSOR_CPU) {
+    ON_DEVICE(tcu_attention_block_forward(ctx, acc->data, m->data, l->data, q->data, k->data, v->data, B, Tq, Tk, C,
+                                          heads, q0, k0));
+    goto fail;
+  }
   float scale = 1.f / sqrtf((float)hs);
 #pragma omp parallel num_threads(ctx->threads)
   {
@@ -105,7 +124,14 @@ int tensor_attention_block_finish(tensor_ctx_t *ctx, tensor_t *out, tensor_t *ls
   TRY(check_block(ctx, fn, acc, acc, acc, m, heads));
   CHECK(tensor_same_shape(out, acc) && tensor_same_shape(lse, m) && tensor_same_shape(l, m), STRATA_ESHAPE,
         "%s: out, lse or l misshapen", fn);
+  TRY(tensor_check_device(ctx, fn, "out", out, acc->device));
+  TRY(tensor_check_device(ctx, fn, "lse", lse, acc->device));
+  TRY(tensor_check_device(ctx, fn, "l", l, acc->device));
   int B = (int)acc->shape[0], T = (int)acc->shape[1], C = (int)acc->shape[2], hs = C / heads;
+  if (acc->device != TENSOR_CPU) {
+    ON_DEVICE(tcu_attention_block_finish(ctx, out->data, lse->data, acc->data, m->data, l->data, B, T, C, heads));
+    goto fail;
+  }
 #pragma omp parallel for num_threads(ctx->threads) schedule(static)
   for (int bh = 0; bh < B * heads; bh++) {
     int b = bh / heads, h = bh % heads;
@@ -128,6 +154,10 @@ int tensor_attention_block_rowdot(tensor_ctx_t *ctx, tensor_t *d, const tensor_t
   TRY(check_block(ctx, fn, out, dout, dout, d, heads));
   CHECK(tensor_same_shape(dout, out), STRATA_ESHAPE, "%s: dout and out differ in shape", fn);
   int B = (int)out->shape[0], T = (int)out->shape[1], C = (int)out->shape[2], hs = C / heads;
+  if (out->device != TENSOR_CPU) {
+    ON_DEVICE(tcu_attention_block_rowdot(ctx, d->data, dout->data, out->data, B, T, C, heads));
+    goto fail;
+  }
 #pragma omp parallel for num_threads(ctx->threads) schedule(static)
   for (int bh = 0; bh < B * heads; bh++) {
     int b = bh / heads, h = bh % heads;
@@ -152,8 +182,18 @@ int tensor_attention_block_backward(tensor_ctx_t *ctx, tensor_t *dq, tensor_t *d
   CHECK(tensor_same_shape(dq, q) && tensor_same_shape(dout, q) && tensor_same_shape(dk, k) &&
             tensor_same_shape(dv, v) && tensor_same_shape(d, lse),
         STRATA_ESHAPE, "%s: a gradient misshapen", fn);
+  TRY(tensor_check_device(ctx, fn, "dq", dq, q->device));
+  TRY(tensor_check_device(ctx, fn, "dk", dk, q->device));
+  TRY(tensor_check_device(ctx, fn, "dv", dv, q->device));
+  TRY(tensor_check_device(ctx, fn, "dout", dout, q->device));
+  TRY(tensor_check_device(ctx, fn, "d", d, q->device));
   int B = (int)q->shape[0], Tq = (int)q->shape[1], Tk = (int)k->shape[1], C = (int)q->shape[2], hs = C / heads;
   if (k0 > q0 + Tq - 1) goto fail;
+  if (q->device != TENSOR_CPU) {
+    ON_DEVICE(tcu_attention_block_backward(ctx, dq->data, dk->data, dv->data, dout->data, q->data, k->data, v->data,
+                                           lse->data, d->data, B, Tq, Tk, C, heads, q0, k0));
+    goto fail;
+  }
   float scale = 1.f / sqrtf((float)hs);
   /* (heads of one batch row write disjoint columns of dk and dv: no two threads share an element) */
 #pragma omp parallel num_threads(ctx->threads)

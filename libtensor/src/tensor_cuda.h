@@ -88,6 +88,20 @@ int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float
                           int C, int NH);
 int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,
                            const float *out, const float *lse, int B, int T, int C, int NH);
+/* columns.cu: dst[r, d0 + c] (+)= src[r, s0 + c], r < rows, c < n; widths Wd and Ws. */
+int tcu_copy_columns(tensor_ctx_t *ctx, float *dst, int64_t Wd, int64_t d0, const float *src, int64_t Ws, int64_t s0,
+                     int64_t n, int64_t rows, int accumulate);
+/* attention_block.cu: the blockwise attention of ring self-attention (the
+ * tensor_attention_block_* front ends in attention_block.c). */
+int tcu_attention_block_forward(tensor_ctx_t *ctx, float *acc, float *m, float *l, const float *q, const float *k,
+                                const float *v, int B, int Tq, int Tk, int C, int NH, int64_t q0, int64_t k0);
+int tcu_attention_block_finish(tensor_ctx_t *ctx, float *out, float *lse, const float *acc, const float *m,
+                               const float *l, int B, int T, int C, int NH);
+int tcu_attention_block_rowdot(tensor_ctx_t *ctx, float *d, const float *dout, const float *out, int B, int T, int C,
+                               int NH);
+int tcu_attention_block_backward(tensor_ctx_t *ctx, float *dq, float *dk, float *dv, const float *dout,
+                                 const float *q, const float *k, const float *v, const float *lse, const float *D,
+                                 int B, int Tq, int Tk, int C, int NH, int64_t q0, int64_t k0);
 int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids, const float *wte,
                           const float *wpe, int B, int T, int C, int V, int64_t lo, int slice);
 int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,

@@ -320,6 +320,81 @@ static void test_attention(int B, int T, int NH, int hs) {
   freeall(all, 10);
 }
 
+/* Ring self-attention's blockwise attention (attention_block.cu against
+ * attention_block.c): one query block at global position q0 = 2 Tk against
+ * four key blocks in turn, below, below, on and above its diagonal (the
+ * last fully masked: nothing may change), each backend carrying its own
+ * running maximum m and sum l from block to block, then the finish (out,
+ * lse), the row dot d and each block's backward. Tolerances as for the
+ * fused attention above, whose arithmetic this is (f32 dot products of hs
+ * terms, sums over at most 3 Tk keys, expf on both sides), only in other
+ * orders (32 keys per warp step against OpenBLAS's GEMMs): forward 1e-5 +
+ * 1e-4 |cpu|, backward 1e-4 + 1e-3 |cpu| (dS = P (dP - D) cancels). hs 24
+ * and 40 leave lanes without a column; Tq != Tk shifts the diagonal. */
+static void test_attention_block(int B, int Tq, int Tk, int NH, int hs) {
+  int C = NH * hs;
+  int64_t sq[3] = {B, Tq, C}, sk[3] = {B, Tk, C}, sr[3] = {B, NH, Tq}, q0 = 2 * (int64_t)Tk;
+  char name[96], what[128];
+  snprintf(name, sizeof name, "attention block B%d Tq%d Tk%d NH%d hs%d", B, Tq, Tk, NH, hs);
+  tensor_t q = hrand(3, sq, 41, 1.f), acc = hrand(3, sq, 42, 1.f), m = hrand(3, sr, 43, 1.f), l = hrand(3, sr, 44, 1.f);
+  must(tensor_zero(ctx, &acc), name), must(tensor_fill(ctx, &m, -INFINITY), name), must(tensor_zero(ctx, &l), name);
+  tensor_t dq = todev(&q), dacc = todev(&acc), dm = todev(&m), dl = todev(&l);
+  tensor_t k[4], v[4], dk[4], dv[4];
+  for (int b = 0; b < 4; b++) {
+    k[b] = hrand(3, sk, 50 + (uint64_t)b, 1.f), v[b] = hrand(3, sk, 60 + (uint64_t)b, 1.f);
+    dk[b] = todev(&k[b]), dv[b] = todev(&v[b]);
+    must(tensor_attention_block_forward(ctx, &acc, &m, &l, &q, &k[b], &v[b], NH, q0, (int64_t)b * Tk), name);
+    must(tensor_attention_block_forward(ctx, &dacc, &dm, &dl, &dq, &dk[b], &dv[b], NH, q0, (int64_t)b * Tk), name);
+  }
+  snprintf(what, sizeof what, "%s acc", name), expect(what, &dacc, &acc, 1e-5, 1e-4, NULL, 0);
+  snprintf(what, sizeof what, "%s m", name), expect(what, &dm, &m, 1e-5, 1e-4, NULL, 0);
+  snprintf(what, sizeof what, "%s l", name), expect(what, &dl, &l, 1e-5, 1e-4, NULL, 0);
+  tensor_t out = hrand(3, sq, 45, 1.f), lse = hrand(3, sr, 46, 1.f), dout_ = todev(&out), dlse = todev(&lse);
+  must(tensor_attention_block_finish(ctx, &out, &lse, &acc, &m, &l, NH), name);
+  must(tensor_attention_block_finish(ctx, &dout_, &dlse, &dacc, &dm, &dl, NH), name);
+  snprintf(what, sizeof what, "%s out", name), expect(what, &dout_, &out, 1e-5, 1e-4, NULL, 0);
+  snprintf(what, sizeof what, "%s lse", name), expect(what, &dlse, &lse, 1e-5, 1e-4, NULL, 0);
+  tensor_t g = hrand(3, sq, 47, 1.f), d = hrand(3, sr, 48, 1.f), dg = todev(&g), dd = todev(&d);
+  must(tensor_attention_block_rowdot(ctx, &d, &g, &out, NH), name);
+  must(tensor_attention_block_rowdot(ctx, &dd, &dg, &dout_, NH), name);
+  snprintf(what, sizeof what, "%s rowdot", name), expect(what, &dd, &d, 1e-5, 1e-4, NULL, 0);
+  tensor_t gq = hrand(3, sq, 49, 1.f), dgq = todev(&gq); /* accumulated into: starts nonzero on both */
+  for (int b = 0; b < 4; b++) {
+    tensor_t gk = hrand(3, sk, 70 + (uint64_t)b, 1.f), gv = hrand(3, sk, 80 + (uint64_t)b, 1.f);
+    tensor_t dgk = todev(&gk), dgv = todev(&gv);
+    must(tensor_attention_block_backward(ctx, &gq, &gk, &gv, &g, &q, &k[b], &v[b], &lse, &d, NH, q0,
+                                         (int64_t)b * Tk), name);
+    must(tensor_attention_block_backward(ctx, &dgq, &dgk, &dgv, &dg, &dq, &dk[b], &dv[b], &dlse, &dd, NH, q0,
+                                         (int64_t)b * Tk), name);
+    snprintf(what, sizeof what, "%s block %d dk", name, b), expect(what, &dgk, &gk, 1e-4, 1e-3, NULL, 0);
+    snprintf(what, sizeof what, "%s block %d dv", name, b), expect(what, &dgv, &gv, 1e-4, 1e-3, NULL, 0);
+    tensor_t t[4] = {gk, gv, dgk, dgv};
+    freeall(t, 4);
+  }
+  snprintf(what, sizeof what, "%s dq", name), expect(what, &dgq, &gq, 1e-4, 1e-3, NULL, 0);
+  for (int b = 0; b < 4; b++) {
+    tensor_t t[4] = {k[b], v[b], dk[b], dv[b]};
+    freeall(t, 4);
+  }
+  tensor_t all[18] = {q, acc, m, l, dq, dacc, dm, dl, out, lse, dout_, dlse, g, d, dg, dd, gq, dgq};
+  freeall(all, 18);
+}
+
+/* tensor_copy_columns (ring attention's q|k|v split and gradient sum):
+ * copies are exact, and so is one f32 add on either side. */
+static void test_copy_columns(void) {
+  int64_t sa[3] = {3, 17, 96}, sb[3] = {3, 17, 40};
+  tensor_t a = hrand(3, sa, 91, 1.f), b = hrand(3, sb, 92, 1.f), da = todev(&a), db = todev(&b);
+  must(tensor_copy_columns(ctx, &b, 3, &a, 50, 32, 0), "copy columns");
+  must(tensor_copy_columns(ctx, &db, 3, &da, 50, 32, 0), "copy columns");
+  expect("copy columns", &db, &b, 0, 0, NULL, 0);
+  must(tensor_copy_columns(ctx, &a, 10, &b, 1, 37, 1), "add columns");
+  must(tensor_copy_columns(ctx, &da, 10, &db, 1, 37, 1), "add columns");
+  expect("add columns", &da, &a, 0, 0, NULL, 0);
+  tensor_t all[4] = {a, b, da, db};
+  freeall(all, 4);
+}
+
 /* Decode over a KV cache: the device kernel against the CPU. */
 static void test_attention_decode(int B, int len, int Tmax, int NH, int hs) {
   int C = NH * hs;
@@ -914,6 +989,11 @@ int main(void) {
   test_attention_decode(1, 1000, 1024, 12, 64); /* GPT-2's context */
   test_attention(3, 1, 2, 16);   /* one token: only the diagonal */
   test_attention(2, 17, 3, 8);   /* a second tile with one row; hs < 32 lanes */
+  test_attention_block(2, 37, 37, 4, 32); /* ring attention's blocks (Tq = Tk) */
+  test_attention_block(1, 20, 33, 3, 24);
+  test_attention_block(2, 50, 50, 2, 40);
+  test_attention_block(1, 64, 64, 2, 64);
+  test_copy_columns();
   test_embedding_xent_dropout();
   test_16bit_gemms();
   test_casts();

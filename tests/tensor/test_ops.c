@@ -669,3 +669,34 @@ Test(ops, vocab_slices) {
   drop(&E), drop(&P), drop(&O), drop(&S), drop(&Z), drop(&L), drop(&Ls), drop(&dZ);
   for (int k = 0; k < 2; k++) drop(&ls[k]), drop(&zt[k]);
 }
+
+/* tensor_copy_columns (ring attention's q|k|v split and gradient sum): a
+ * block of columns copied or added, exactly (one f32 add per element); a
+ * range past a width or rows that differ are refused naming the numbers. */
+Test(ops, copy_columns) {
+  int64_t sa[3] = {2, 5, 12}, sb[2] = {10, 7};
+  tensor_t a, b;
+  cr_assert_eq(tensor_alloc(ctx, &a, TENSOR_F32, TENSOR_CPU, 3, sa), 0);
+  cr_assert_eq(tensor_alloc(ctx, &b, TENSOR_F32, TENSOR_CPU, 2, sb), 0);
+  float *x = a.data, *y = b.data;
+  for (int i = 0; i < 120; i++) x[i] = (float)i * 0.5f;
+  for (int i = 0; i < 70; i++) y[i] = -(float)i;
+  cr_assert_eq(tensor_copy_columns(ctx, &b, 2, &a, 4, 5, 0), 0, "%s", tensor_last_error(ctx));
+  for (int r = 0; r < 10; r++)
+    for (int c = 0; c < 7; c++)
+      cr_expect_eq(y[r * 7 + c], c >= 2 ? x[r * 12 + 4 + c - 2] : -(float)(r * 7 + c), "row %d col %d", r, c);
+  cr_assert_eq(tensor_copy_columns(ctx, &a, 0, &b, 1, 3, 1), 0, "%s", tensor_last_error(ctx));
+  for (int r = 0; r < 10; r++)
+    for (int c = 0; c < 12; c++) {
+      float want = (float)(r * 12 + c) * 0.5f + (c < 3 ? y[r * 7 + 1 + c] : 0.f);
+      cr_expect_eq(x[r * 12 + c], want, "row %d col %d", r, c);
+    }
+  cr_expect_eq(tensor_copy_columns(ctx, &b, 3, &a, 0, 5, 0), STRATA_ESHAPE);
+  cr_expect(strstr(tensor_last_error(ctx), "[3, 8) of dst (width 7)"), "%s", tensor_last_error(ctx));
+  int64_t sc[2] = {9, 7};
+  tensor_t c;
+  cr_assert_eq(tensor_alloc(ctx, &c, TENSOR_F32, TENSOR_CPU, 2, sc), 0);
+  cr_expect_eq(tensor_copy_columns(ctx, &c, 0, &a, 0, 2, 0), STRATA_ESHAPE);
+  cr_expect(strstr(tensor_last_error(ctx), "differ in rows (9, 10)"), "%s", tensor_last_error(ctx));
+  tensor_free(ctx, &a), tensor_free(ctx, &b), tensor_free(ctx, &c);
+}

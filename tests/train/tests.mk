@@ -40,3 +40,9 @@ GPU_MPI_TESTS += gpu_tp_engine
 $(eval $(call strata_program,gpu_offload,tests/train/gpu_offload.c,parallel))
 GPU_TESTS += $(BUILD)/bin/gpu_offload
 GPU_MPI_TESTS += gpu_offload
+# The interleaved pipeline schedule and ring self-attention (sp = 2) on CUDA
+# devices against the CPU: needs mpirun (the bundle runs it with 2 ranks,
+# sharing a GPU if need be; as a singleton it exits 77); --cpu-checks in mpi.list.
+$(eval $(call strata_program,gpu_pp_engine,tests/train/gpu_pp_engine.c,parallel))
+GPU_TESTS += $(BUILD)/bin/gpu_pp_engine
+GPU_MPI_TESTS += gpu_pp_engine

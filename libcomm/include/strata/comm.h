@@ -256,6 +256,13 @@ STRATA_API int comm_irecv(comm_t *c, void *buf, size_t count, comm_dtype_t dtype
                           comm_request_t **req);
 STRATA_API int comm_ibarrier(comm_t *c, comm_request_t **req);
 
+/* Posts c's queued device sends and receives now, as one NCCL group (else
+ * the next wait, test or device operation on c posts them): a caller that
+ * must control how its point-to-point operations are grouped, so that every
+ * peer's groups pair up, calls it after each group. A no-op with nothing
+ * queued (host buffers, a build without CUDA). A failure to post is also
+ * reported by the requests' wait. */
+STRATA_API int comm_flush(comm_t *c);
 /* Completes *req (watchdog applies), then frees it and sets *req = NULL.
  * *req == NULL is a no-op returning STRATA_OK. */
 STRATA_API int comm_wait(comm_request_t **req);

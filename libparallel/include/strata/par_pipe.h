@@ -19,6 +19,9 @@
  *   par_pipe_create(&pp, PAR_SCHED_1F1B, 4, 8, 1, err, sizeof err);
  *   const par_pipe_op_t *ops; int n = par_pipe_ops(pp, 0, &ops);
  *   par_pipe_stats_t st; par_pipe_simulate(pp, 1.0, 2.0, &st);  // st.bubble = 3 / 11
+ *
+ * par_pipe_rounds gives the messages between the stages in the order every
+ * stage posts them (see there why an order is needed at all).
  */
 #ifndef STRATA_PAR_PIPE_H
 #define STRATA_PAR_PIPE_H
@@ -53,6 +56,48 @@ STRATA_API void par_pipe_destroy(par_pipe_t *p);
 /* Device `stage`'s operations in order (*ops borrowed); returns their count
  * (2 m v), or -1 for a stage out of range. */
 STRATA_API int par_pipe_ops(const par_pipe_t *p, int stage, const par_pipe_op_t **ops);
+
+/* The step's messages as lock-step rounds, the one order every stage posts
+ * them in (the runtime follows it on the CPU and on devices alike).
+ *
+ * Why rounds. NCCL ignores tags: it pairs a peer's sends with one's
+ * receives in call order, and each communicator's operations run one group
+ * after another on one stream, a send waiting (beyond NCCL's buffers) for
+ * its receive. Posting each message when one's own schedule reaches it is
+ * then not enough: under the interleaved schedule a stage's group can hold
+ * a send whose receive sits in its peer's next group while the peer's group
+ * holds a send whose receive sits in a later group of the first stage's (a
+ * cycle through one or more stages), and all of them wait for ever
+ * (tests/plan/test_pipe.c replays such a case). So the step is cut into
+ * rounds, found by running the schedule in lock step: in round t a stage
+ * runs its next operation when that operation's input was produced in a
+ * round before t. Every message is
+ * posted in the round of the operation that produces it, by both its
+ * sender (after that operation) and its receiver (whose consumer runs in a
+ * later round), as one group per stage and round, in the order (kind,
+ * microbatch, sending virtual stage): the k-th send from one stage to
+ * another is then the other's k-th receive from it, and round t's groups,
+ * all of whose partners are in round t's groups, complete once every round
+ * before has (induction on t), whatever the message sizes. A stage waits
+ * for a message only in a later round than the one that posted it. */
+typedef struct {
+  int kind;       /* PAR_PIPE_FORWARD: the activations virtual stage `from` passes to from + 1;
+                     PAR_PIPE_BACKWARD: the input gradient `from` passes to from - 1 */
+  int microbatch;
+  int from;       /* the sending virtual stage, chunk p + stage */
+  int send;       /* 1: this stage sends it, 0: this stage receives it */
+  int peer;       /* the other stage */
+} par_pipe_msg_t;
+
+typedef struct {
+  int op;                      /* this stage's operation in the round (index into par_pipe_ops), or -1 */
+  int nmsgs;                   /* messages posted after it, in this order, as one group */
+  const par_pipe_msg_t *msgs;
+} par_pipe_round_t;
+
+/* Device `stage`'s rounds (*rounds borrowed; the count is the same for every
+ * stage); returns their count, or -1 for a stage out of range. */
+STRATA_API int par_pipe_rounds(const par_pipe_t *p, int stage, const par_pipe_round_t **rounds);
 
 /* What a simulated run of the schedule shows. */
 typedef struct {

@@ -108,25 +108,13 @@ static int setup_optimizer(par_engine_t *e, const par_optim_config_t *c) {
 
 /* ------------------------------------------------------------ create */
 
-/* The layouts whose pieces still run on the host only: NULL when lay runs
- * on a device, else what does not (named for the refusal). */
-static const char *device_unready(const par_engine_t *e, const par_layout_t *lay, char *buf, size_t n) {
-  /* (tensor parallelism runs, 1D, 2D, 2.5D and 3D: its buffers on the
-   * device, its collectives through NCCL) */
-  if (lay->sp > 1) snprintf(buf, n, "sp=%d (ring self-attention)", lay->sp);
-  else if (lay->pp > 1 && lay->schedule == PAR_SCHED_INTERLEAVED)
-    snprintf(buf, n, "the interleaved pipeline schedule (NCCL matches a peer's sends in call order, not by tag)");
-  else return NULL;
-  return buf;
-}
-
 /* Where the engine trains (opts.device): e->device, the CUDA device made
  * this process's current one before any collective (NCCL communicators and
  * libcomm's pointer queries use it). PAR_DEVICE_AUTO falls back to the CPU,
  * on every rank alike, when any rank has no GPU. */
 static int pick_device(par_engine_t *e, const par_layout_t *lay) {
   int want = e->opts.device, dev = want, rc;
-  char msg[320], why[256];
+  char msg[320];
   e->device = TENSOR_CPU;
   if (want == PAR_DEVICE_CPU) return STRATA_OK;
   if (want < PAR_DEVICE_CUDA)
@@ -150,9 +138,6 @@ static int pick_device(par_engine_t *e, const par_layout_t *lay) {
     comm_cuda_set_device(0, msg, sizeof msg);
     return engine_fail(e, 1, STRATA_EUNSUPPORTED, "device cuda (a GPU per rank): %s", msg);
   }
-  if (device_unready(e, lay, why, sizeof why))
-    return engine_fail(e, 1, STRATA_EUNSUPPORTED, "layout %s does not run on a device yet; train it on the CPU "
-                       "(device cpu)", why);
   if ((rc = comm_cuda_set_device(dev, msg, sizeof msg)) != STRATA_OK)
     return engine_fail(e, 1, rc, "device cuda:%d: %s", dev, msg);
   e->device = dev;

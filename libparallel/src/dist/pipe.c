@@ -12,7 +12,10 @@
 struct par_pipe {
   par_schedule_t kind;
   int p, m, v;
-  par_pipe_op_t *ops; /* p x 2 m v */
+  par_pipe_op_t *ops;       /* p x 2 m v */
+  int nrounds;
+  par_pipe_round_t *rounds; /* p x nrounds */
+  par_pipe_msg_t *msgs;     /* every stage's, round after round */
 };
 
 static int fail(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -57,6 +60,89 @@ static void build_stage(par_pipe_t *pp, int s, par_pipe_op_t *o) {
 #undef BWD
 }
 
+/* The lock-step rounds of par_pipe_rounds (why: strata/par_pipe.h). */
+static int build_rounds(par_pipe_t *pp) {
+  int p = pp->p, m = pp->m, v = pp->v, P = p * v, nops = 2 * m * v, rc = STRATA_OK;
+  size_t nm = (size_t)P * m;
+  int *ran = malloc(2 * nm * sizeof *ran), *next = calloc((size_t)p, sizeof *next), *go = calloc((size_t)p, sizeof *go);
+  if (!ran || !next || !go) {
+    rc = STRATA_ENOMEM;
+    goto done;
+  }
+  /* RAN: the round of (kind, virtual stage, microbatch)'s operation, -1 before */
+#define RAN(kind, vs, mb) ran[((size_t)(kind) * P + (size_t)(vs)) * m + (size_t)(mb)]
+  for (size_t i = 0; i < 2 * nm; i++) ran[i] = -1;
+  int t = 0, left = p * nops;
+  while (left > 0) {
+    int any = 0;
+    for (int s = 0; s < p; s++) {
+      go[s] = 0;
+      if (next[s] == nops) continue;
+      const par_pipe_op_t *o = pp->ops + (size_t)s * nops + next[s];
+      int vs = o->chunk * p + s, mb = o->microbatch, in;
+      /* its input came from an operation of an earlier round (the last virtual
+       * stage's backward needs only its own forward, an earlier op here) */
+      if (o->kind == PAR_PIPE_FORWARD) go[s] = vs == 0 || ((in = RAN(PAR_PIPE_FORWARD, vs - 1, mb)) >= 0 && in < t);
+      else if (vs == P - 1) go[s] = RAN(PAR_PIPE_FORWARD, vs, mb) >= 0;
+      else go[s] = (in = RAN(PAR_PIPE_BACKWARD, vs + 1, mb)) >= 0 && in < t;
+    }
+    for (int s = 0; s < p; s++)
+      if (go[s]) {
+        const par_pipe_op_t *o = pp->ops + (size_t)s * nops + next[s];
+        RAN(o->kind, o->chunk * p + s, o->microbatch) = t;
+        next[s]++, left--, any = 1;
+      }
+    if (!any) {
+      rc = STRATA_EINVAL; /* the schedule deadlocks */
+      goto done;
+    }
+    t++;
+  }
+  pp->nrounds = t;
+  size_t nmsg = 2 * (size_t)2 * (size_t)(P - 1) * m; /* each message once at either end */
+  pp->rounds = calloc((size_t)p * t, sizeof *pp->rounds);
+  pp->msgs = malloc((nmsg ? nmsg : 1) * sizeof *pp->msgs);
+  if (!pp->rounds || !pp->msgs) {
+    rc = STRATA_ENOMEM;
+    goto done;
+  }
+  for (int s = 0; s < p; s++) {
+    par_pipe_round_t *R = pp->rounds + (size_t)s * t;
+    for (int r = 0; r < t; r++) R[r].op = -1;
+    for (int i = 0; i < nops; i++) {
+      const par_pipe_op_t *o = pp->ops + (size_t)s * nops + i;
+      R[RAN(o->kind, o->chunk * p + s, o->microbatch)].op = i;
+    }
+  }
+  /* A message's round: its producer's. Visited in the order (kind,
+   * microbatch, sender), each round's list comes out in it. */
+  for (int pass = 0; pass < 2; pass++) {
+    size_t at = 0;
+    if (pass == 1)
+      for (int i = 0; i < p * t; i++) {
+        pp->rounds[i].msgs = pp->msgs + at, at += (size_t)pp->rounds[i].nmsgs;
+        pp->rounds[i].nmsgs = 0;
+      }
+    for (int kind = 0; kind < 2; kind++)
+      for (int mb = 0; mb < m; mb++)
+        for (int from = 0; from < P; from++) {
+          int to = kind == PAR_PIPE_FORWARD ? from + 1 : from - 1;
+          if (to < 0 || to >= P) continue;
+          int r = RAN(kind, from, mb), ends[2] = {from % p, to % p};
+          for (int e = 0; e < 2; e++) {
+            par_pipe_round_t *R = pp->rounds + (size_t)ends[e] * t + r;
+            if (pass == 1)
+              pp->msgs[(R->msgs - pp->msgs) + R->nmsgs] = (par_pipe_msg_t){.kind = kind, .microbatch = mb, .from = from, .send = e == 0, .peer = ends[!e]};
+            R->nmsgs++;
+          }
+        }
+  }
+#undef RAN
+done:
+  free(ran), free(next), free(go);
+  return rc;
+}
+
 int par_pipe_create(par_pipe_t **out, par_schedule_t kind, int stages, int microbatches, int interleave, char *err,
                     size_t errlen) {
   if (err && errlen) err[0] = 0;
@@ -83,12 +169,22 @@ int par_pipe_create(par_pipe_t **out, par_schedule_t kind, int stages, int micro
   }
   pp->kind = kind, pp->p = stages, pp->m = microbatches, pp->v = v;
   for (int s = 0; s < stages; s++) build_stage(pp, s, pp->ops + (size_t)s * 2 * microbatches * v);
+  int rc = build_rounds(pp);
+  if (rc != STRATA_OK) {
+    if (err && errlen)
+      snprintf(err, errlen, rc == STRATA_ENOMEM ? "pipeline: out of memory for the rounds of %d stages x %d microbatches"
+                                                : "pipeline: the schedule of %d stages x %d microbatches deadlocks",
+               stages, microbatches);
+    par_pipe_destroy(pp);
+    return rc;
+  }
   *out = pp;
   return STRATA_OK;
 }
 
 void par_pipe_destroy(par_pipe_t *p) {
   if (!p) return;
+  free(p->rounds), free(p->msgs);
   free(p->ops);
   free(p);
 }
@@ -97,6 +193,12 @@ int par_pipe_ops(const par_pipe_t *p, int stage, const par_pipe_op_t **ops) {
   if (!p || stage < 0 || stage >= p->p) return -1;
   if (ops) *ops = p->ops + (size_t)stage * 2 * p->m * p->v;
   return 2 * p->m * p->v;
+}
+
+int par_pipe_rounds(const par_pipe_t *p, int stage, const par_pipe_round_t **rounds) {
+  if (!p || stage < 0 || stage >= p->p) return -1;
+  if (rounds) *rounds = p->rounds + (size_t)stage * p->nrounds;
+  return p->nrounds;
 }
 
 int par_pipe_simulate(const par_pipe_t *pp, double tf, double tb, par_pipe_stats_t *st) {

@@ -309,10 +309,10 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
       gpt_seterr(NULL, rc, "par_gpt_create: ring self-attention needs libcomm, which this build of the model lacks");
       goto fail;
     }
-    if (m->ring_size > 1 && (m->opts.seq_parallel || m->opts.stages > 1 || m->opts.device >= 0)) {
+    if (m->ring_size > 1 && (m->opts.seq_parallel || m->opts.stages > 1)) {
       rc = gpt_seterr(NULL, STRATA_EUNSUPPORTED,
-                      "par_gpt_create: ring self-attention runs on the CPU without Megatron's sequence parallelism "
-                      "or pipeline stages in this version");
+                      "par_gpt_create: ring self-attention runs without Megatron's sequence parallelism or pipeline "
+                      "stages in this version");
       goto fail;
     }
   }

@@ -30,26 +30,23 @@ static int fail(char *err, size_t n, int rc, const char *what, const char *why) 
   return rc;
 }
 
-/* Column block [c0, c0 + C) of x (B, T, W) into y (B, T, C), or back (added: into x). */
-static void unpack(float *y, const float *x, int64_t BT, int W, int c0, int C) {
-  for (int64_t i = 0; i < BT; i++) memcpy(y + i * C, x + i * W + c0, (size_t)C * sizeof(float));
-}
-static void add_back(float *x, const float *y, int64_t BT, int W, int c0, int C) {
-  for (int64_t i = 0; i < BT; i++)
-    for (int c = 0; c < C; c++) x[i * W + c0 + c] += y[i * C + c];
-}
-
-/* q, k and v of packed qkv (BT rows of 3C) into q and kv (k then v), each BT x C. */
-static void split_qkv(float *q, float *kv, const float *x, int64_t BT, int C) {
-  unpack(q, x, BT, 3 * C, 0, C);
-  unpack(kv, x, BT, 3 * C, C, C);
-  unpack(kv + BT * C, x, BT, 3 * C, 2 * C, C);
+/* q, k and v of packed qkv (B, Tl, 3C) into q and kv (k then v, B Tl rows
+ * each), on qkv's device. */
+static int split_qkv(tensor_ctx_t *tc, tensor_t *q, float *kv, const tensor_t *qkv) {
+  int64_t B = qkv->shape[0], Tl = qkv->shape[1], C = qkv->shape[2] / 3;
+  tensor_t k = tensor_view3(kv, TENSOR_F32, qkv->device, B, Tl, C), v = k;
+  v.data = kv + B * Tl * C;
+  int rc = tensor_copy_columns(tc, q, 0, qkv, 0, C, 0);
+  if (!rc) rc = tensor_copy_columns(tc, &k, 0, qkv, C, C, 0);
+  if (!rc) rc = tensor_copy_columns(tc, &v, 0, qkv, 2 * C, C, 0);
+  return rc;
 }
 
-/* Zeroed (B, rows, C) tensors, counted by tc's accountant. */
-static int alloc3(tensor_ctx_t *tc, tensor_t *t, int64_t B, int64_t rows, int64_t C) {
+/* Zeroed (B, rows, C) tensors on `device`, counted by tc's accountant. */
+static int alloc3(tensor_ctx_t *tc, tensor_t *t, int device, int64_t B, int64_t rows, int64_t C) {
   int64_t s[3] = {B, rows, C};
-  return tensor_alloc(tc, t, TENSOR_F32, TENSOR_CPU, 3, s);
+  int rc = tensor_alloc(tc, t, TENSOR_F32, device, 3, s);
+  return rc ? rc : tensor_zero(tc, t);
 }
 
 static void free_all(tensor_ctx_t *tc, tensor_t *t, int n) {
@@ -57,39 +54,45 @@ static void free_all(tensor_ctx_t *tc, tensor_t *t, int n) {
 }
 
 /* One hop: post the send of n floats at snd to rank + 1 and the receive into
- * rcv from rank - 1. */
+ * rcv from rank - 1. On a device both go to NCCL as one group: every rank of the ring posts the same hops in the same order,
+ * so each send meets its receive in call order, as NCCL pairs them. The
+ * group is posted at once, after the work already queued (the block that
+ * last read the buffer now received into), so that it overlaps the block
+ * computed next. */
 static int post(struct comm *sp, const float *snd, float *rcv, size_t n, comm_request_t **rs, comm_request_t **rr) {
   int size = comm_size(sp), r = comm_rank(sp), rc;
-  if ((rc = comm_irecv(sp, rcv, n, COMM_F32, (r + size - 1) % size, 71, rr))) return rc;
-  return comm_isend(sp, snd, n, COMM_F32, (r + 1) % size, 71, rs);
+  if ((rc = comm_irecv(sp, rcv, n, COMM_F32, (r + size - 1) % size, 71, rr)) ||
+      (rc = comm_isend(sp, snd, n, COMM_F32, (r + 1) % size, 71, rs)))
+    return rc;
+  return comm_flush(sp); /* on a device: under way while the block computes */
 }
 
 int par_ring_attention_forward(struct comm *sp, tensor_ctx_t *tc, tensor_t *out, tensor_t *lse, const tensor_t *qkv,
                                int heads, char *err, size_t errlen) {
   if (!sp || !tc || !out || !lse || !qkv) return STRATA_EINVAL;
-  int size = comm_size(sp), r = comm_rank(sp), rc = STRATA_OK;
+  int size = comm_size(sp), r = comm_rank(sp), rc = STRATA_OK, dev = qkv->device;
   int64_t B = qkv->shape[0], Tl = qkv->shape[1], C = qkv->shape[2] / 3, X = B * Tl * C;
   tensor_t t[5] = {{0}}; /* q, two k|v buffers, m, l */
   comm_request_t *rs = NULL, *rr = NULL;
   int64_t sr[3] = {B, heads, Tl};
-  if ((rc = alloc3(tc, &t[0], B, Tl, C)) || (rc = alloc3(tc, &t[1], B, 2 * Tl, C)) ||
-      (rc = alloc3(tc, &t[2], B, 2 * Tl, C)) || (rc = tensor_alloc(tc, &t[3], TENSOR_F32, TENSOR_CPU, 3, sr)) ||
-      (rc = tensor_alloc(tc, &t[4], TENSOR_F32, TENSOR_CPU, 3, sr))) {
+  if ((rc = alloc3(tc, &t[0], dev, B, Tl, C)) || (rc = alloc3(tc, &t[1], dev, B, 2 * Tl, C)) ||
+      (rc = alloc3(tc, &t[2], dev, B, 2 * Tl, C)) || (rc = tensor_alloc(tc, &t[3], TENSOR_F32, dev, 3, sr)) ||
+      (rc = tensor_alloc(tc, &t[4], TENSOR_F32, dev, 3, sr)) || (rc = tensor_zero(tc, &t[4]))) {
     rc = fail(err, errlen, rc, "buffers", tensor_last_error(tc));
     goto done;
   }
   float *kv[2] = {t[1].data, t[2].data};
-  split_qkv(t[0].data, kv[0], qkv->data, B * Tl, (int)C);
-  tensor_fill(tc, &t[3], -INFINITY);
-  if ((rc = tensor_zero(tc, out))) goto tfail;
+  if ((rc = split_qkv(tc, &t[0], kv[0], qkv)) || (rc = tensor_fill(tc, &t[3], -INFINITY)) ||
+      (rc = tensor_zero(tc, out)))
+    goto tfail;
   for (int s = 0; s < size; s++) {
     int j = (r - s + size) % size, cur = s & 1;
     if (s + 1 < size && (rc = post(sp, kv[cur], kv[!cur], 2 * (size_t)X, &rs, &rr))) {
       rc = fail(err, errlen, rc, "passing k and v", comm_last_error(sp));
       goto done;
     }
-    tensor_t k = tensor_view3(kv[cur], TENSOR_F32, TENSOR_CPU, B, Tl, C);
-    tensor_t v = tensor_view3(kv[cur] + X, TENSOR_F32, TENSOR_CPU, B, Tl, C);
+    tensor_t k = tensor_view3(kv[cur], TENSOR_F32, dev, B, Tl, C);
+    tensor_t v = tensor_view3(kv[cur] + X, TENSOR_F32, dev, B, Tl, C);
     if ((rc = tensor_attention_block_forward(tc, out, &t[3], &t[4], &t[0], &k, &v, heads, (int64_t)r * Tl,
                                              (int64_t)j * Tl)))
       goto tfail;
@@ -113,26 +116,26 @@ int par_ring_attention_backward(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqk
                                 const tensor_t *qkv, const tensor_t *out, const tensor_t *lse, int heads, char *err,
                                 size_t errlen) {
   if (!sp || !tc || !dqkv || !dout || !qkv || !out || !lse) return STRATA_EINVAL;
-  int size = comm_size(sp), r = comm_rank(sp), rc = STRATA_OK;
+  int size = comm_size(sp), r = comm_rank(sp), rc = STRATA_OK, dev = qkv->device;
   int64_t B = qkv->shape[0], Tl = qkv->shape[1], C = qkv->shape[2] / 3, X = B * Tl * C;
   tensor_t t[5] = {{0}}; /* q, dq, d, two k|v|dk|dv buffers */
   comm_request_t *rs = NULL, *rr = NULL;
   int64_t sr[3] = {B, heads, Tl};
-  if ((rc = alloc3(tc, &t[0], B, Tl, C)) || (rc = alloc3(tc, &t[1], B, Tl, C)) ||
-      (rc = tensor_alloc(tc, &t[2], TENSOR_F32, TENSOR_CPU, 3, sr)) || (rc = alloc3(tc, &t[3], B, 4 * Tl, C)) ||
-      (rc = alloc3(tc, &t[4], B, 4 * Tl, C))) {
+  if ((rc = alloc3(tc, &t[0], dev, B, Tl, C)) || (rc = alloc3(tc, &t[1], dev, B, Tl, C)) ||
+      (rc = tensor_alloc(tc, &t[2], TENSOR_F32, dev, 3, sr)) || (rc = alloc3(tc, &t[3], dev, B, 4 * Tl, C)) ||
+      (rc = alloc3(tc, &t[4], dev, B, 4 * Tl, C))) {
     rc = fail(err, errlen, rc, "buffers", tensor_last_error(tc));
     goto done;
   }
   float *buf[2] = {t[3].data, t[4].data};
-  split_qkv(t[0].data, buf[0], qkv->data, B * Tl, (int)C); /* (dk, dv after k and v: zero) */
+  if ((rc = split_qkv(tc, &t[0], buf[0], qkv))) goto tfail; /* (dk, dv after k and v: zero) */
   if ((rc = tensor_attention_block_rowdot(tc, &t[2], dout, out, heads))) goto tfail;
   for (int s = 0; s < size; s++) {
     int j = (r - s + size) % size, cur = s & 1;
-    tensor_t k = tensor_view3(buf[cur], TENSOR_F32, TENSOR_CPU, B, Tl, C);
-    tensor_t v = tensor_view3(buf[cur] + X, TENSOR_F32, TENSOR_CPU, B, Tl, C);
-    tensor_t dk = tensor_view3(buf[cur] + 2 * X, TENSOR_F32, TENSOR_CPU, B, Tl, C);
-    tensor_t dv = tensor_view3(buf[cur] + 3 * X, TENSOR_F32, TENSOR_CPU, B, Tl, C);
+    tensor_t k = tensor_view3(buf[cur], TENSOR_F32, dev, B, Tl, C);
+    tensor_t v = tensor_view3(buf[cur] + X, TENSOR_F32, dev, B, Tl, C);
+    tensor_t dk = tensor_view3(buf[cur] + 2 * X, TENSOR_F32, dev, B, Tl, C);
+    tensor_t dv = tensor_view3(buf[cur] + 3 * X, TENSOR_F32, dev, B, Tl, C);
     /* the next block's k and v travel while this one computes; its dk, dv only once done */
     if (s + 1 < size && (rc = post(sp, buf[cur], buf[!cur], 2 * (size_t)X, &rs, &rr))) {
       rc = fail(err, errlen, rc, "passing k and v", comm_last_error(sp));
@@ -151,10 +154,12 @@ int par_ring_attention_backward(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqk
     }
   }
   /* after sp hops this rank's own block is back, its dk and dv complete */
-  float *home = buf[size > 1 ? size & 1 : 0], *g = dqkv->data;
-  add_back(g, t[1].data, B * Tl, (int)(3 * C), 0, (int)C);
-  add_back(g, home + 2 * X, B * Tl, (int)(3 * C), (int)C, (int)C);
-  add_back(g, home + 3 * X, B * Tl, (int)(3 * C), (int)(2 * C), (int)C);
+  float *home = buf[size > 1 ? size & 1 : 0];
+  tensor_t hk = tensor_view3(home + 2 * X, TENSOR_F32, dev, B, Tl, C), hv = hk;
+  hv.data = home + 3 * X;
+  if ((rc = tensor_copy_columns(tc, dqkv, 0, &t[1], 0, C, 1)) || (rc = tensor_copy_columns(tc, dqkv, C, &hk, 0, C, 1)) ||
+      (rc = tensor_copy_columns(tc, dqkv, 2 * C, &hv, 0, C, 1)))
+    goto tfail;
   goto done;
 tfail:
   rc = fail(err, errlen, rc, "blocks", tensor_last_error(tc));

@@ -208,6 +208,13 @@ STRATA_API int tensor_copy_wait(tensor_ctx_t *ctx);
 /* dst = (dtype of dst) src: casts between f32, bf16 and f16 (round to nearest
  * even); same shape and device. */
 STRATA_API int tensor_cast(tensor_ctx_t *ctx, tensor_t *dst, const tensor_t *src);
+/* Columns [s0, s0 + n) of src into columns [d0, d0 + n) of dst, both f32
+ * on one device and viewed as rows x their last dimension (the same number
+ * of rows): copied, or added to dst when `accumulate` (for splitting packed
+ * q|k|v rows and adding gradients back into them). STRATA_ESHAPE names a
+ * range past a width or rows that differ. */
+STRATA_API int tensor_copy_columns(tensor_ctx_t *ctx, tensor_t *dst, int64_t d0, const tensor_t *src, int64_t s0,
+                                   int64_t n, int accumulate);
 /* t = 0. */
 STRATA_API int tensor_zero(tensor_ctx_t *ctx, tensor_t *t);
 /* t = value (float dtypes). */
@@ -401,7 +408,9 @@ STRATA_API int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, cons
  * lse = m + log l. The backward: block_rowdot gives d = rowsum(dout * out)
  * per head (B,NH,Tq), and block_backward adds one block's part to dq, dk
  * and dv from dout, the final lse and d. Any order of blocks gives the
- * attention of all of them. CPU only in this build. */
+ * attention of all of them. Every tensor on one device: the CPU, or a
+ * CUDA device (one warp per row in f32, the CPU's arithmetic in another
+ * order of sums). */
 STRATA_API int tensor_attention_block_forward(tensor_ctx_t *ctx, tensor_t *acc, tensor_t *m, tensor_t *l,
                                               const tensor_t *q, const tensor_t *k, const tensor_t *v, int heads,
                                               int64_t q0, int64_t k0);

@@ -1,0 +1,203 @@
+/* The interleaved pipeline schedule and ring self-attention (sequence
+ * parallelism) trained on CUDA devices against the same layouts on the
+ * CPU: pp 2 under the interleaved schedule (2 chunks a stage, 4 and 2
+ * microbatches, AdamW and LAMB, recompute), sp 2 (the key/value blocks
+ * passed over NCCL, libtensor's block attention on CUDA, ZeRO 0 and 1,
+ * recompute); with 4 ranks also pp 2 x dp 2 interleaved under ZeRO-1 (the
+ * data-parallel reductions on their own NCCL communicator while pipeline
+ * messages are in flight: every rank launches them in one order, see
+ * libparallel/src/dist/pipeline.c), sp 2 x dp 2 and sp 2 x Megatron tp 2.
+ *
+ * It runs under mpirun, each rank on its node-local GPU (comm_local_device);
+ * ranks may share a GPU (NCCL refuses that, so libcomm stages those
+ * communicators' collectives through the host: the GPU bundle runs it with 2
+ * ranks on the machine's GPUs). By hand, with strata built there (make; Open
+ * MPI needed):
+ *
+ *   mpirun -np 2 --bind-to none build/bin/gpu_pp_engine
+ *   mpirun -np 4 --bind-to none build/bin/gpu_pp_engine   (4 GPUs)
+ *
+ * Otherwise (one rank, as the GPU bundle starts it first; an odd number of
+ * ranks; no GPU) it exits 77: skipped. With --cpu-checks (mpi.list, 2
+ * ranks, no GPU): device "auto" with the interleaved schedule and with
+ * sp = 2 falls back to the CPU and trains bit for bit as the CPU engine,
+ * and device "cuda" is refused for want of a GPU (no longer for the
+ * layout); exit 0. With --cpu-as-device, the device cases with the CPU in
+ * the device's place: a check of this program's layouts and bookkeeping
+ * (every difference 0).
+ *
+ * Tolerances, as in gpu_engine.c and gpu_tp_engine.c (fp32: losses 2e-5
+ * and gradient norms 1e-4 relative, parameters 1e-3 of the move over STEPS
+ * steps): both runs have the same layout, so the pipeline moves the same
+ * activations and gradients (copies, exact) and each collective sums the
+ * same partial values (two ranks: one rounding whichever side adds). What
+ * differs is cuBLAS and the CUDA kernels against OpenBLAS and the CPU
+ * kernels, a few ulps per operation; the ring's block attention sums its
+ * keys 32 a warp step instead of in OpenBLAS's order (tests/tensor/
+ * gpu_equiv.c compares the blocks alone at 1e-4 relative). A message
+ * paired with the wrong receive (the NCCL order this program exists to
+ * check), a block missed or a stale landing buffer moves the losses by
+ * whole percents (tests/train/pp_engine.c, sp_engine.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strata/comm.h>
+#include <strata/parallel.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define STEPS 6
+static par_gpt_config_t mc = {.layers = 4, .hidden = 32, .heads = 4, .seq = 16, .vocab = 256};
+
+typedef struct {
+  int pp, sp, tp, accum, zero, recompute;
+  const char *opt;
+} case_t;
+
+/* Model, layout, optimizer and options of case k on `device`; dp takes the
+ * rest of the ranks. */
+static void setup(const case_t *k, int device, par_gpt_config_t *m, par_layout_t *lay, par_optim_config_t *oc,
+                  par_engine_options_t *eo) {
+  *m = mc, m->recompute = k->recompute;
+  *lay = (par_layout_t)PAR_LAYOUT_DEFAULTS;
+  lay->pp = k->pp, lay->sp = k->sp, lay->tp = k->tp, lay->dp = ranks / (k->pp * k->sp * k->tp);
+  if (k->pp > 1) lay->schedule = PAR_SCHED_INTERLEAVED, lay->interleave = 2;
+  lay->zero_stage = k->zero, lay->microbatch = 2, lay->global_batch = 2 * lay->dp * k->accum;
+  *oc = (par_optim_config_t)PAR_OPTIM_CONFIG_DEFAULTS;
+  oc->name = k->opt, oc->lr = 1e-2, oc->clip = 0.5, oc->warmup = 2, oc->weight_decay = 0.01;
+  *eo = (par_engine_options_t)PAR_ENGINE_OPTIONS_DEFAULTS;
+  eo->steps = STEPS, eo->threads = 1, eo->seed = 11, eo->device = device;
+  eo->bucket_mb = 0.004; /* several buckets */
+}
+
+static par_engine_t *engine(int device, const case_t *k) {
+  par_gpt_config_t m;
+  par_layout_t lay;
+  par_optim_config_t oc;
+  par_engine_options_t eo;
+  setup(k, device, &m, &lay, &oc, &eo);
+  return make_engine(&m, &lay, &oc, &eo);
+}
+
+static const char *name(const case_t *k, char *buf, size_t n) {
+  snprintf(buf, n, "pp %d%s sp %d tp %d dp %d zero %d %s accum %d%s", k->pp, k->pp > 1 ? " interleaved 2" : "",
+           k->sp, k->tp, ranks / (k->pp * k->sp * k->tp), k->zero, k->opt, k->accum,
+           k->recompute ? " recompute" : "");
+  return buf;
+}
+
+/* Trains the CPU engine and a device engine of layout k side by side. */
+static void versus_cpu(const case_t *k, int device) {
+  char what[160];
+  name(k, what, sizeof what);
+  par_engine_t *c = engine(PAR_DEVICE_CPU, k), *g = engine(device, k);
+  size_t n = local_count(par_engine_model(c));
+  par_data_t *dc = markov_data(mc.seq), *dd = markov_data(mc.seq);
+  float *p0 = malloc(n * 4), *pc = malloc(n * 4), *pg = malloc(n * 4);
+  par_engine_get_params(c, p0);
+  double dl = 0, dg = 0, sums[2] = {0, 0};
+  side_by_side(c, dc, g, dd, STEPS, what, &dl, &dg);
+  par_engine_get_params(c, pc), par_engine_get_params(g, pg);
+  move_sums(pc, pg, p0, n, sums);
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  double dm = sqrt(sums[0] / sums[1]);
+  double vc = NAN, vg = NAN; /* validation: the pipeline's and the ring's forward-only paths */
+  CHECK(par_engine_evaluate(c, dc, 2, &vc) == 0 && par_engine_evaluate(g, dd, 2, &vg) == 0, "%s: evaluate: %s / %s",
+        what, par_engine_error(c), par_engine_error(g));
+  par_engine_info_t in;
+  par_engine_info(g, &in);
+  CHECK(in.device == device, "%s: the engine reports device %d", what, in.device);
+  CHECK(dl <= 2e-5 && dg <= 1e-4 && dm <= 1e-3 && fabs(vc - vg) <= 2e-5 * vc,
+        "%s: losses %.2e apart (bound 2e-5), gradient norms %.2e (1e-4), parameters %.2e of the move (1e-3), "
+        "validation %.8g against %.8g",
+        what, dl, dg, dm, vg, vc);
+  if (rank == 0)
+    printf("gpu_pp_engine: %s: losses %.2e, norms %.2e, parameters %.2e of the move\n", what, dl, dg, dm);
+  free(p0), free(pc), free(pg);
+  par_data_destroy(dc), par_data_destroy(dd);
+  par_engine_destroy(c), par_engine_destroy(g);
+}
+
+/* No GPU: auto falls back to the CPU bit for bit, cuda is refused for want
+ * of a device (the layouts themselves are no longer refused). */
+static void without_gpu(void) {
+  static const case_t ks[] = {{2, 1, 1, 4, 0, 0, "adamw"}, {1, 2, 1, 1, 1, 0, "adamw"}};
+  for (int i = 0; i < 2; i++) {
+    const case_t *k = &ks[i];
+    char what[160];
+    name(k, what, sizeof what);
+    par_engine_t *a = engine(PAR_DEVICE_AUTO, k), *c = engine(PAR_DEVICE_CPU, k);
+    par_engine_info_t in;
+    par_engine_info(a, &in);
+    CHECK(in.device == TENSOR_CPU, "%s, auto without a GPU: device %d", what, in.device);
+    par_data_t *da = markov_data(mc.seq), *dc = markov_data(mc.seq);
+    for (int s = 0; s < 3; s++) {
+      par_step_t sa, sc;
+      CHECK(par_engine_step(a, da, &sa) == 0 && par_engine_step(c, dc, &sc) == 0, "step");
+      CHECK(sa.loss == sc.loss && sa.grad_norm == sc.grad_norm, "%s, auto on the CPU: loss %.9g, CPU %.9g", what,
+            sa.loss, sc.loss);
+    }
+    par_data_destroy(da), par_data_destroy(dc);
+    par_engine_destroy(a), par_engine_destroy(c);
+    par_gpt_config_t m;
+    par_layout_t lay;
+    par_optim_config_t oc;
+    par_engine_options_t eo;
+    setup(k, PAR_DEVICE_CUDA, &m, &lay, &oc, &eo);
+    char err[1024];
+    par_engine_t *e = NULL;
+    int rc = par_engine_create(&e, &m, &lay, &oc, &eo, err, sizeof err);
+    CHECK(rc == STRATA_EUNSUPPORTED && strstr(err, "device cuda") && !strstr(err, "does not run on a device"),
+          "%s on device cuda without a GPU: %d, '%s'", what, rc, err);
+    par_engine_destroy(e);
+  }
+}
+
+/* Every case that fits the ranks on `device` against the CPU. */
+static void gpu_cases(int device) {
+  static const case_t cases[] = {
+      {2, 1, 1, 4, 0, 0, "adamw"}, /* interleaved: both directions share the one link of 2 stages */
+      {2, 1, 1, 2, 0, 1, "lamb"},
+      {1, 2, 1, 1, 0, 0, "adamw"}, /* ring self-attention */
+      {1, 2, 1, 2, 1, 1, "adamw"},
+      {2, 1, 1, 4, 1, 0, "lamb"},  /* (4 ranks: dp 2 beside the pipeline, ZeRO-1) */
+      {1, 2, 2, 1, 1, 0, "adamw"}, /* (4 ranks: sp 2 x Megatron tp 2) */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const case_t *k = &cases[i];
+    int group = k->pp * k->sp * k->tp;
+    if (ranks % group == 0 && (i < 4 || ranks / group >= 2 || k->tp > 1)) versus_cpu(k, device);
+  }
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  harness_name = "gpu_pp_engine";
+  int cpu_checks = argc > 1 && !strcmp(argv[1], "--cpu-checks");
+  if (argc > 1 && !strcmp(argv[1], "--cpu-as-device")) { /* the device cases with the CPU as the device: a
+                                                            check of this program itself (all equal) */
+    gpu_cases(PAR_DEVICE_CPU);
+    return harness_finish("the device cases on the CPU");
+  }
+  int gpus = comm_cuda_device_count(), device = -1, local = 0;
+  comm_local_device(MPI_COMM_WORLD, &device, &local);
+  int have = gpus > 0; /* (ranks may share a GPU: libcomm stages their collectives through the host) */
+  MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!have && cpu_checks && ranks % 2 == 0) {
+    without_gpu();
+    return harness_finish("no GPU: the interleaved schedule and sp = 2 with device auto on the CPU");
+  }
+  if (!have || ranks < 2 || ranks % 2) {
+    if (rank == 0)
+      printf("gpu_pp_engine np=%d: skipped: needs an even number of ranks >= 2 under mpirun and a GPU (%d here "
+             "on rank 0's node)\n",
+             ranks, gpus);
+    MPI_Finalize();
+    return cpu_checks ? 0 : 77;
+  }
+  gpu_cases(device);
+  return harness_finish("the interleaved schedule and ring self-attention on the devices against the CPU");
+}
