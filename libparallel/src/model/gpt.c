@@ -68,17 +68,16 @@ static int check_act_dtype(par_gpt_t *m) {
   if (dt != TENSOR_BF16 && dt != TENSOR_F16)
     return gpt_seterr(NULL, STRATA_EINVAL, "par_gpt_create: act_dtype %d is not f32 (%d), bf16 (%d) or f16 (%d)", dt,
                       TENSOR_F32, TENSOR_BF16, TENSOR_F16);
-  const char *why = m->device == TENSOR_CPU ? "the CPU computes in f32: they need a CUDA device"
-                    : m->tp_size > 1 || m->md   ? "tensor parallelism keeps f32 activations"
-                    : m->ring_size > 1          ? "ring self-attention keeps f32 activations"
-                    : m->stages > 1             ? "pipeline stages exchange f32 activations"
-                    : !m->fused_head            ? "the unfused head (head_chunk -1) keeps f32 activations"
+  const char *why = m->device == TENSOR_CPU ? "the CPU computes in f32 (16-bit activations need a CUDA device)"
+                    : m->tp_size > 1 || m->md   ? "tensor parallelism keeps f32 activations in this version"
+                    : m->ring_size > 1          ? "ring self-attention keeps f32 activations in this version"
+                    : m->stages > 1             ? "pipeline stages exchange f32 activations in this version"
+                    : !m->fused_head            ? "the unfused head (head_chunk -1) keeps f32 activations in this version"
                                                 : NULL;
   char where[32] = "the CPU";
   if (m->device != TENSOR_CPU) snprintf(where, sizeof where, "cuda:%d", m->device);
   if (why)
-    return gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: %s activations on %s: %s in this version", names[dt],
-                      where, why);
+    return gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: %s activations on %s: %s", names[dt], where, why);
   m->act_dtype = dt;
   return STRATA_OK;
 }
@@ -589,14 +588,14 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int64_t grads_a = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (sp ? 2 * R * C : 0) +
                     (m->cfg.recompute && nheld ? set_a : 0) + (part ? 2 * R * C : 0);
   int64_t grads_f = (full ? R * Vl : 0) + (sp ? 4 * C : 0) + (m->cfg.recompute && nheld ? set_f : 0);
-  /* 16-bit activations: every view starts 256-byte aligned (cuBLAS's and
-   * cuDNN's fast paths want 16), so each may waste up to 255 bytes; f32 ones
-   * are laid out back to back, as before */
+  /* 16-bit activations: every view starts 16-byte aligned (as cuBLAS's
+   * tensor-core kernels and cuDNN want their operands), so each may waste up
+   * to 15 bytes; f32 ones are laid out back to back, as before */
   tensor_dtype_t adt = m->act_dtype;
   int a16 = adt != TENSOR_F32;
   int64_t es = (int64_t)tensor_dtype_size(adt), nviews = L + 1 + 12 * (nsets + 1) + 32;
-  int64_t acts_b = acts_a * es + acts_f * 4 + (a16 ? 256 * nviews : 0);
-  int64_t grads_b = grads_a * es + grads_f * 4 + (a16 ? 256 * nviews : 0);
+  int64_t acts_b = acts_a * es + acts_f * 4 + (a16 ? 16 * nviews : 0);
+  int64_t grads_b = grads_a * es + grads_f * 4 + (a16 ? 16 * nviews : 0);
   int64_t acts_n = (acts_b + es - 1) / es, grads_n = (grads_b + es - 1) / es; /* in elements of adt */
   if (R > m->cap_bt) {
     free_acts(m);
@@ -632,7 +631,7 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int dev = m->device;
   const tensor_dtype_t F = TENSOR_F32;
   /* the next view starts at p + bytes (aligned with 16-bit activations) */
-#define ADV(bytes) (p += (bytes), p = a16 ? p + ((256 - (uintptr_t)p % 256) % 256) : p)
+#define ADV(bytes) (p += (bytes), p = a16 ? p + ((16 - (uintptr_t)p % 16) % 16) : p)
 #define T3(t, c) (t) = tensor_view3(p, adt, dev, B, T, (c)), ADV(R * (c) * es)
 #define F3(t, c) (t) = tensor_view3(p, F, dev, B, T, (c)), ADV(R * (c) * 4)
 #define T2(t) (t) = tensor_view2(p, F, dev, B, T), ADV(R * 4)
