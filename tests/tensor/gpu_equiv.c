@@ -22,7 +22,7 @@
  *   to 1e-2 absolute around ln V = 6.2 (an error of 0.2% per GEMM input
  *   compounding through 2 layers, with margin).
  * - 16-bit activations (bf16, f16: par_gpt_options_t.act_dtype and the ops'
- *   16-bit operands): argued at test_act16 below, from the rounding of each
+ *   16-bit operands): argued before test_act16_rows below, from the rounding of each
  *   stored value (bf16 2^-8 relative, f16 2^-11) on top of the f32 bounds.
  * - a NaN anywhere fails the comparison. */
 #include <math.h>
