@@ -315,6 +315,8 @@ static int l_train(lua_State *L) {
   if (force && !strcmp(force, "cpu")) dev = "cpu";
   eo.device = !strcmp(dev, "cuda") ? PAR_DEVICE_CUDA : !strcmp(dev, "auto") ? PAR_DEVICE_AUTO : PAR_DEVICE_CPU;
   eo.bf16_matmul = cfg_bool(L, "parallel", "bf16_matmul");
+  const char *acts = cfg_str(L, "parallel", "activations");
+  eo.activations = !strcmp(acts, "bf16") ? TENSOR_BF16 : !strcmp(acts, "f16") ? TENSOR_F16 : TENSOR_F32;
   eo.steps = (long)cfg_int(L, "train", "steps");
   eo.comm = lstrata_world(L);
   const char *init = cfg_str(L, "model", "init");

@@ -68,6 +68,8 @@ local sections = {
               doc = "where each rank trains: cpu; cuda: one GPU per rank (its place on its node modulo the node's GPUs), collectives through NCCL (ranks sharing a GPU: through pinned host memory and MPI, one notice line); auto: cuda when every rank has a GPU, else cpu (one notice line); STRATA_DEVICE=cpu forces cpu"},
     bf16_matmul = {t = BOOL, default = false,
                    doc = "on a GPU: the model's GEMMs with bf16 inputs and fp32 accumulation (tensor cores); ignored on the CPU"},
+    activations = {t = ENUM, values = {"f32", "bf16", "f16"}, default = "f32",
+                   doc = "on a GPU: the dtype the model keeps its activations and their gradients in (bf16, f16: half the activation memory, 16-bit GEMMs and attention with fp32 accumulation, fp32 layernorm, softmax and loss statistics); the CPU computes in f32. Not with tp, sp or pp > 1 in this version"},
   },
   optim = {
     name = {t = ENUM, values = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars"},
@@ -490,6 +492,16 @@ local function check_relations(c, refuse)
                 or p.seq_parallel and "has nothing to split with parallel.seq_parallel (the kept inputs are split already)"
     if why then
       refuse("parallel.partition_activations", true, why, "model.recompute", "parallel.tp", "parallel.seq_parallel")
+    end
+  end
+  if p.activations ~= "f32" then
+    local why = p.device == "cpu"
+                  and string.format('keeps the activations in 16 bits on a GPU only (the CPU computes in f32); set parallel.device = "cuda" or parallel.activations = "f32"')
+                or p.tp > 1 and "is not yet with tensor parallelism (parallel.tp > 1)"
+                or p.sp > 1 and "is not yet with ring self-attention (parallel.sp > 1)"
+                or p.pp > 1 and "is not yet with pipeline stages (parallel.pp > 1)"
+    if why then
+      refuse("parallel.activations", p.activations, why, "parallel.device", "parallel.tp", "parallel.sp", "parallel.pp")
     end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then

@@ -23,8 +23,8 @@ static int check_attn(tensor_ctx_t *ctx, const char *fn, const tensor_t *qkv, co
                       const tensor_t *lse, int heads, int *B, int *T, int *C) {
   int rc = STRATA_OK;
   char s1[96], s2[96], s3[96];
-  TRY(tensor_check(ctx, fn, "qkv", qkv, TENSOR_F32, 3, 3));
-  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 3, 3));
+  TRY(tensor_check_act(ctx, fn, "qkv", qkv, tensor_act_dtype(qkv), 3, 3));
+  TRY(tensor_check_act(ctx, fn, "out", out, qkv->dtype, 3, 3));
   TRY(tensor_check(ctx, fn, "lse", lse, TENSOR_F32, 3, 3));
   TRY(tensor_check_device(ctx, fn, "out", out, qkv->device));
   TRY(tensor_check_device(ctx, fn, "lse", lse, qkv->device));
@@ -87,6 +87,37 @@ static float causal_exp_row(float *s, int i, int T, float m) {
   return sum;
 }
 
+#if defined(STRATA_CUDA)
+/* 16-bit activations where cuDNN declines (f16, or no cuDNN plan): strata's
+ * f32 kernel on f32 copies (counted by the accountant while they live).
+ * Forward (dqkv NULL): out, lse from qkv. Backward: dqkv += the gradient,
+ * from dout, qkv, out and lse. */
+static int attention16(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, tensor_t *dqkv, const tensor_t *dout,
+                       const tensor_t *qkv, int heads) {
+  int rc = STRATA_OK, dev = qkv->device;
+  tensor_t q = {0}, o = {0}, dq = {0}, d = {0}, g16 = {0};
+  TRY(tensor_alloc(ctx, &q, TENSOR_F32, dev, 3, qkv->shape));
+  TRY(tensor_alloc(ctx, &o, TENSOR_F32, dev, 3, out->shape));
+  TRY(tensor_cast(ctx, &q, qkv));
+  if (!dqkv) {
+    TRY(tensor_attention_forward(ctx, &o, lse, &q, heads));
+    TRY(tensor_cast(ctx, out, &o));
+    goto fail;
+  }
+  TRY(tensor_alloc(ctx, &dq, TENSOR_F32, dev, 3, qkv->shape));
+  TRY(tensor_alloc(ctx, &d, TENSOR_F32, dev, 3, out->shape));
+  TRY(tensor_alloc(ctx, &g16, qkv->dtype, dev, 3, qkv->shape));
+  TRY(tensor_cast(ctx, &o, out));
+  TRY(tensor_cast(ctx, &d, dout));
+  TRY(tensor_attention_backward(ctx, &dq, &d, &q, &o, lse, heads));
+  TRY(tensor_cast(ctx, &g16, &dq));
+  TRY(tcu_acc(ctx, dqkv->data, g16.data, (int)dqkv->dtype, tensor_numel(dqkv)));
+fail:
+  tensor_free(ctx, &q), tensor_free(ctx, &o), tensor_free(ctx, &dq), tensor_free(ctx, &d), tensor_free(ctx, &g16);
+  return rc;
+}
+#endif
+
 int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, const tensor_t *qkv,
                              int heads) {
   int rc = STRATA_OK, B, T, C, fail_alloc = 0;
@@ -94,7 +125,8 @@ int tensor_attention_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *lse, co
   TRY(check_attn(ctx, "tensor_attention_forward", qkv, out, lse, heads, &B, &T, &C));
   if (qkv->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_attention_forward(ctx, out->data, lse->data, qkv->data, B, T, C, heads));
+    rc = tcu_attention_forward(ctx, out->data, lse->data, qkv->data, (int)qkv->dtype, B, T, C, heads);
+    if (rc == STRATA_EUNSUPPORTED && qkv->dtype != TENSOR_F32) rc = attention16(ctx, out, lse, NULL, NULL, qkv, heads);
 #endif
     goto fail;
   }
@@ -144,19 +176,21 @@ int tensor_attention_backward(tensor_ctx_t *ctx, tensor_t *dqkv, const tensor_t 
   const char *fn = "tensor_attention_backward";
   if (!ctx) return STRATA_EINVAL;
   TRY(check_attn(ctx, fn, qkv, out, lse, heads, &B, &T, &C));
-  TRY(tensor_check(ctx, fn, "dout", dout, TENSOR_F32, 3, 3));
+  TRY(tensor_check_act(ctx, fn, "dout", dout, qkv->dtype, 3, 3));
   TRY(tensor_check_device(ctx, fn, "dout", dout, qkv->device));
   CHECK(tensor_same_shape(dout, out), STRATA_ESHAPE, "%s: dout %s != out %s", fn,
         tensor_describe(dout, s1, sizeof s1), tensor_describe(out, s2, sizeof s2));
   if (!dqkv) goto fail;
-  TRY(tensor_check(ctx, fn, "dqkv", dqkv, TENSOR_F32, 3, 3));
+  TRY(tensor_check_act(ctx, fn, "dqkv", dqkv, qkv->dtype, 3, 3));
   TRY(tensor_check_device(ctx, fn, "dqkv", dqkv, qkv->device));
   CHECK(tensor_same_shape(dqkv, qkv), STRATA_ESHAPE, "%s: dqkv %s != qkv %s", fn,
         tensor_describe(dqkv, s1, sizeof s1), tensor_describe(qkv, s2, sizeof s2));
   if (qkv->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_attention_backward(ctx, dqkv->data, dout->data, qkv->data, out->data, lse->data, B, T, C,
-                               heads));
+    rc = tcu_attention_backward(ctx, dqkv->data, dout->data, qkv->data, out->data, (int)qkv->dtype, lse->data, B,
+                                T, C, heads);
+    if (rc == STRATA_EUNSUPPORTED && qkv->dtype != TENSOR_F32)
+      rc = attention16(ctx, (tensor_t *)out, (tensor_t *)lse, dqkv, dout, qkv, heads);
 #endif
     goto fail;
   }

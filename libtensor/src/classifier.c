@@ -26,7 +26,7 @@ static int check_classifier(tensor_ctx_t *ctx, const char *fn, const tensor_t *l
                             int64_t *rows, int *C, int *V) {
   int rc = STRATA_OK;
   char s1[96], s2[96];
-  TRY(tensor_check(ctx, fn, "h", h, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "h", h, tensor_act_dtype(h), 1, 4));
   TRY(tensor_check(ctx, fn, "weight", w, TENSOR_F32, 2, 2));
   TRY(tensor_check(ctx, fn, "targets", targets, TENSOR_I32, 1, 4));
   TRY(tensor_check(ctx, fn, "lse", lse, TENSOR_F32, 1, 4));
@@ -48,7 +48,7 @@ static int check_classifier(tensor_ctx_t *ctx, const char *fn, const tensor_t *l
           tensor_describe(losses, s1, sizeof s1), tensor_describe(h, s2, sizeof s2));
   }
   if (dh) {
-    TRY(tensor_check(ctx, fn, "dh", dh, TENSOR_F32, 1, 4));
+    TRY(tensor_check_act(ctx, fn, "dh", dh, h->dtype, 1, 4));
     TRY(tensor_check_device(ctx, fn, "dh", dh, h->device));
     CHECK(tensor_same_shape(dh, h), STRATA_ESHAPE, "%s: dh %s != h %s", fn,
           tensor_describe(dh, s1, sizeof s1), tensor_describe(h, s2, sizeof s2));
@@ -105,26 +105,32 @@ fail:
 
 #if defined(STRATA_CUDA)
 /* CUDA: per chunk one GEMM into the chunk's logits, one kernel (lse, loss,
- * dlogits over the logits, or into a bf16 buffer on bf16 contexts), two
- * GEMMs. bf16: h and W rounded once, so the GEMMs take bf16 operands as
- * they are. */
+ * dlogits over the logits, or into a 16-bit buffer), two GEMMs. On bf16
+ * contexts h and W are rounded to bf16 once, so the GEMMs take bf16
+ * operands as they are; 16-bit h (bf16 or f16 activations) is used as it
+ * is, with W rounded to its dtype once and dh written in it. */
 static int classifier_cuda(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, tensor_t *dh,
                            tensor_t *dw, const tensor_t *h, const tensor_t *w,
                            const tensor_t *targets, float dloss, int64_t rows, int C, int V,
                            int64_t chunk) {
-  int rc = STRATA_OK, bwd = dh || dw, dev = h->device, bf = tensor_ctx_bf16_matmul(ctx);
+  int rc = STRATA_OK, bwd = dh || dw, dev = h->device, act16 = h->dtype != TENSOR_F32;
+  int bf = act16 || tensor_ctx_bf16_matmul(ctx);
   tensor_t z = {0}, dz16 = {0}, h16 = {0}, w16 = {0};
   int64_t zs[2] = {chunk, V}, hs[2] = {rows, C}, ws[2] = {V, C};
   const void *hp = h->data, *wp = w->data;
   int dt = TENSOR_F32;
   TRY(tensor_alloc(ctx, &z, TENSOR_F32, dev, 2, zs));
   if (bf) {
-    TRY(tensor_alloc(ctx, &h16, TENSOR_BF16, dev, 2, hs));
-    TRY(tensor_alloc(ctx, &w16, TENSOR_BF16, dev, 2, ws));
-    TRY(tcu_cast(ctx, h16.data, TENSOR_BF16, h->data, TENSOR_F32, rows * C));
-    TRY(tcu_cast(ctx, w16.data, TENSOR_BF16, w->data, TENSOR_F32, (int64_t)V * C));
-    if (bwd) TRY(tensor_alloc(ctx, &dz16, TENSOR_BF16, dev, 2, zs));
-    hp = h16.data, wp = w16.data, dt = TENSOR_BF16;
+    dt = act16 ? (int)h->dtype : TENSOR_BF16;
+    if (!act16) {
+      TRY(tensor_alloc(ctx, &h16, TENSOR_BF16, dev, 2, hs));
+      TRY(tcu_cast(ctx, h16.data, TENSOR_BF16, h->data, TENSOR_F32, rows * C));
+      hp = h16.data;
+    }
+    TRY(tensor_alloc(ctx, &w16, (tensor_dtype_t)dt, dev, 2, ws));
+    TRY(tcu_cast(ctx, w16.data, dt, w->data, TENSOR_F32, (int64_t)V * C));
+    if (bwd) TRY(tensor_alloc(ctx, &dz16, (tensor_dtype_t)dt, dev, 2, zs));
+    wp = w16.data;
   }
   size_t es = bf ? 2 : 4;
   /* the gradient of the logits: over them (f32) or beside them (bf16) */
@@ -132,16 +138,17 @@ static int classifier_cuda(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, t
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     int n = (int)(rows - r0 < chunk ? rows - r0 : chunk);
     const char *hc = (const char *)hp + (size_t)r0 * C * es;
-    TRY(tcu_gemm(ctx, 0, 1, n, V, C, 1.f, hc, dt, C, 0, wp, dt, C, 0, 0.f, z.data, V, 0, 1));
+    TRY(tcu_gemm(ctx, 0, 1, n, V, C, 1.f, hc, dt, C, 0, wp, dt, C, 0, 0.f, z.data, TENSOR_F32, V, 0, 1));
     TRY(tcu_classifier_rows(ctx, losses ? (float *)losses->data + r0 : NULL,
                             (float *)lse->data + r0, bwd ? dzp : NULL, dt, z.data,
                             (const int32_t *)targets->data + r0, n, V, dloss));
     if (!bwd) continue;
-    if (dh)
+    if (dh) /* dh, of h's dtype, += dlogits W */
       TRY(tcu_gemm(ctx, 0, 0, n, C, V, 1.f, dzp, dt, V, 0, wp, dt, C, 0, 1.f,
-                   (float *)dh->data + r0 * C, C, 0, 1));
+                   (char *)dh->data + (size_t)r0 * C * tensor_dtype_size(h->dtype), (int)h->dtype, C, 0, 1));
     if (dw)
-      TRY(tcu_gemm(ctx, 1, 0, V, C, n, 1.f, dzp, dt, V, 0, hc, dt, C, 0, 1.f, dw->data, C, 0, 1));
+      TRY(tcu_gemm(ctx, 1, 0, V, C, n, 1.f, dzp, dt, V, 0, hc, dt, C, 0, 1.f, dw->data, TENSOR_F32, C, 0,
+                   1));
   }
   TRY(tcu_classifier_check(ctx, V));
 fail:

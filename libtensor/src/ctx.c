@@ -289,6 +289,18 @@ int tensor_check(tensor_ctx_t *ctx, const char *fn, const char *what, const tens
   return STRATA_OK;
 }
 
+int tensor_check_act(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
+                     tensor_dtype_t dtype, int lo, int hi) {
+  char d[96];
+  int rc = tensor_check(ctx, fn, what, t, dtype, lo, hi);
+  if (rc) return rc;
+  if (dtype != TENSOR_F32 && t->device == TENSOR_CPU)
+    return tensor_seterr(ctx, STRATA_EUNSUPPORTED,
+                         "%s: %s is %s: 16-bit activations need a CUDA device (the CPU computes in f32: cast first)",
+                         fn, what, tensor_describe(t, d, sizeof d));
+  return STRATA_OK;
+}
+
 int tensor_check_device(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
                         int device) {
   char d[96];

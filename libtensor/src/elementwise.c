@@ -1,4 +1,5 @@
-/* Residual add and GELU. */
+/* Residual add and GELU. f32 on the CPU; on CUDA the operands of one call
+ * may instead all be bf16 or all f16 (the arithmetic in f32). */
 #include <math.h>
 
 #include "simd.h"
@@ -8,8 +9,8 @@ static int check_same(tensor_ctx_t *ctx, const char *fn, const char *wa, const t
                       const char *wb, const tensor_t *b) {
   int rc = STRATA_OK;
   char s1[96], s2[96];
-  TRY(tensor_check(ctx, fn, wa, a, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, wb, b, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, wa, a, tensor_act_dtype(a), 1, 4));
+  TRY(tensor_check_act(ctx, fn, wb, b, a->dtype, 1, 4));
   TRY(tensor_check_device(ctx, fn, wb, b, a->device));
   CHECK(tensor_same_shape(a, b), STRATA_ESHAPE, "%s: %s %s and %s %s differ", fn, wa,
         tensor_describe(a, s1, sizeof s1), wb, tensor_describe(b, s2, sizeof s2));
@@ -26,7 +27,7 @@ int tensor_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *a, cons
   int64_t n = tensor_numel(out);
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_add(ctx, out->data, a->data, b->data, n));
+    TRY(tcu_add(ctx, out->data, a->data, b->data, (int)out->dtype, n));
 #endif
     goto fail;
   }
@@ -42,7 +43,7 @@ static int acc(tensor_ctx_t *ctx, tensor_t *d, const tensor_t *g) {
   int64_t n = tensor_numel(g);
   if (d->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    return tcu_acc(ctx, d->data, g->data, n);
+    return tcu_acc(ctx, d->data, g->data, (int)d->dtype, n);
 #else
     return STRATA_EUNSUPPORTED;
 #endif
@@ -58,7 +59,7 @@ int tensor_add_backward(tensor_ctx_t *ctx, tensor_t *da, tensor_t *db, const ten
   int rc = STRATA_OK;
   const char *fn = "tensor_add_backward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(tensor_check(ctx, fn, "dout", dout, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "dout", dout, tensor_act_dtype(dout), 1, 4));
   if (da) TRY(check_same(ctx, fn, "dout", dout, "da", da));
   if (db) TRY(check_same(ctx, fn, "dout", dout, "db", db));
   if (da) TRY(acc(ctx, da, dout));
@@ -77,7 +78,7 @@ int tensor_gelu_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in) {
   int64_t n = tensor_numel(in);
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_gelu_forward(ctx, out->data, in->data, n));
+    TRY(tcu_gelu_forward(ctx, out->data, in->data, (int)in->dtype, n));
 #endif
     goto fail;
   }
@@ -115,7 +116,7 @@ int tensor_gelu_backward(tensor_ctx_t *ctx, tensor_t *din, const tensor_t *dout,
   int64_t n = tensor_numel(in);
   if (din->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_gelu_backward(ctx, din->data, dout->data, in->data, n));
+    TRY(tcu_gelu_backward(ctx, din->data, dout->data, in->data, (int)in->dtype, n));
 #endif
     goto fail;
   }

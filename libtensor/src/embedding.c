@@ -11,7 +11,7 @@ static int check_emb(tensor_ctx_t *ctx, const char *fn, const tensor_t *x, const
   int rc = STRATA_OK;
   char s1[96], s2[96], s3[96];
   TRY(tensor_check(ctx, fn, "ids", ids, TENSOR_I32, 2, 2));
-  TRY(tensor_check(ctx, fn, "out", x, TENSOR_F32, 3, 3));
+  TRY(tensor_check_act(ctx, fn, "out", x, tensor_act_dtype(x), 3, 3));
   TRY(tensor_check_device(ctx, fn, "ids", ids, x->device));
   *B = (int)ids->shape[0];
   *T = (int)ids->shape[1];
@@ -53,7 +53,7 @@ static int emb_forward(tensor_ctx_t *ctx, const char *fn, tensor_t *out, const t
   TRY(check_emb(ctx, fn, out, ids, wte, wpe, &B, &T, &C, &V, slice));
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_embedding_forward(ctx, out->data, ids->data, wte->data, wpe ? wpe->data : NULL, B, T, C, V, lo, slice));
+    TRY(tcu_embedding_forward(ctx, out->data, (int)out->dtype, ids->data, wte->data, wpe ? wpe->data : NULL, B, T, C, V, lo, slice));
 #endif
     goto fail;
   }
@@ -100,7 +100,7 @@ static int emb_backward(tensor_ctx_t *ctx, const char *fn, tensor_t *dwte, tenso
   TRY(check_emb(ctx, fn, dout, ids, dwte, dwpe, &B, &T, &C, &V, slice));
   if (dout->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_embedding_backward(ctx, dwte ? dwte->data : NULL, dwpe ? dwpe->data : NULL, dout->data,
+    TRY(tcu_embedding_backward(ctx, dwte ? dwte->data : NULL, dwpe ? dwpe->data : NULL, dout->data, (int)dout->dtype,
                                ids->data, B, T, C, V, lo));
 #endif
     goto fail;

@@ -83,11 +83,11 @@ static int gemm_core(tensor_ctx_t *ctx, int device, operand_t out, operand_t x, 
         rc = tcu_gemm(ctx, tx, ty, M, N, K, alpha,
                       (const char *)x.p + i * sx * tensor_dtype_size(x.dt), (int)x.dt, x.cols, 0,
                       (const char *)y.p + i * sy * tensor_dtype_size(y.dt), (int)y.dt, y.cols, 0,
-                      i ? 1.f : beta, out.p, out.cols, 0, 1);
+                      i ? 1.f : beta, out.p, (int)out.dt, out.cols, 0, 1);
       return rc;
     }
     return tcu_gemm(ctx, tx, ty, M, N, K, alpha, x.p, (int)x.dt, x.cols, sx, y.p, (int)y.dt, y.cols,
-                    sy, beta, out.p, out.cols, so, batch);
+                    sy, beta, out.p, (int)out.dt, out.cols, so, batch);
 #else
     return STRATA_EUNSUPPORTED;
 #endif
@@ -217,13 +217,10 @@ int tensor_linear_check(tensor_ctx_t *ctx, const char *fn, const tensor_t *out, 
                         const tensor_t *weight, const tensor_t *bias, int64_t *rows_out, int *N_out, int *K_out) {
   int rc = STRATA_OK;
   char s1[96], s2[96], s3[96];
-  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "in", in,
-                   in && (in->dtype == TENSOR_BF16 || in->dtype == TENSOR_F16) ? in->dtype : TENSOR_F32, 1, 4));
-  CHECK(in->dtype == TENSOR_F32 || out->device != TENSOR_CPU, STRATA_EUNSUPPORTED,
-        "%s: 16-bit operands need a CUDA device (in %s); cast to f32 on the CPU", fn,
-        tensor_describe(in, s1, sizeof s1));
-  TRY(tensor_check(ctx, fn, "weight", weight, in->dtype, 2, 2));
+  TRY(tensor_check_act(ctx, fn, "in", in, tensor_act_dtype(in), 1, 4));
+  /* 16-bit in: out of in's dtype or f32, weight of in's dtype or f32 (rounded to in's) */
+  TRY(tensor_check_act(ctx, fn, "out", out, out && out->dtype == in->dtype ? in->dtype : TENSOR_F32, 1, 4));
+  TRY(tensor_check(ctx, fn, "weight", weight, weight && weight->dtype == in->dtype ? in->dtype : TENSOR_F32, 2, 2));
   TRY(tensor_check_device(ctx, fn, "in", in, out->device));
   TRY(tensor_check_device(ctx, fn, "weight", weight, out->device));
   int K = (int)in->shape[in->ndim - 1], N = (int)out->shape[out->ndim - 1];
@@ -249,16 +246,17 @@ int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
   int64_t rows = 0;
   if (!ctx) return STRATA_EINVAL;
   TRY(tensor_linear_check(ctx, "tensor_linear_forward", out, in, weight, bias, &rows, &N, &K));
-  operand_t o = {out->data, TENSOR_F32, (int)rows, N, 0}, x = {in->data, in->dtype, (int)rows, K, 0};
+  operand_t o = {out->data, out->dtype, (int)rows, N, 0}, x = {in->data, in->dtype, (int)rows, K, 0};
   operand_t w = {weight->data, weight->dtype, N, K, 0};
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    if (bias && in->dtype != TENSOR_F16) { /* the bias in the GEMM's epilogue */
+    if (bias && in->dtype != TENSOR_F16 && out->dtype == TENSOR_F32 && weight->dtype == in->dtype) {
+      /* the bias in the GEMM's epilogue */
       rc = tcu_linear_lt(ctx, out->data, NULL, in->data, weight->data, (int)in->dtype, bias->data, rows, N, K, 0);
       if (rc != STRATA_EUNSUPPORTED) goto fail;
     }
     TRY(gemm_core(ctx, out->device, o, x, w, 0, 1, 1.f, 0.f, 1));
-    if (bias) TRY(tcu_bias_forward(ctx, out->data, out->data, bias->data, rows, N));
+    if (bias) TRY(tcu_bias_forward(ctx, out->data, out->data, (int)out->dtype, bias->data, rows, N));
 #endif
     goto fail;
   }
@@ -279,9 +277,12 @@ int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, 
   char s1[96], s2[96], s3[96];
   const char *fn = "tensor_linear_backward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(tensor_check(ctx, fn, "dout", dout, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "in", in, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "weight", weight, TENSOR_F32, 2, 2));
+  /* dout, in and din f32, or all of one 16-bit dtype on CUDA (the weight
+   * then of that dtype or f32, rounded to it); dweight, dbias f32 */
+  TRY(tensor_check_act(ctx, fn, "dout", dout, tensor_act_dtype(dout), 1, 4));
+  tensor_dtype_t adt = dout->dtype;
+  TRY(tensor_check_act(ctx, fn, "in", in, adt, 1, 4));
+  TRY(tensor_check(ctx, fn, "weight", weight, weight && weight->dtype == adt ? adt : TENSOR_F32, 2, 2));
   int dev = dout->device;
   TRY(tensor_check_device(ctx, fn, "in", in, dev));
   TRY(tensor_check_device(ctx, fn, "weight", weight, dev));
@@ -292,7 +293,7 @@ int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, 
         tensor_describe(dout, s1, sizeof s1), tensor_describe(in, s2, sizeof s2),
         tensor_describe(weight, s3, sizeof s3));
   if (din) {
-    TRY(tensor_check(ctx, fn, "din", din, TENSOR_F32, 1, 4));
+    TRY(tensor_check_act(ctx, fn, "din", din, adt, 1, 4));
     TRY(tensor_check_device(ctx, fn, "din", din, dev));
     CHECK(tensor_same_shape(din, in), STRATA_ESHAPE, "%s: din %s must have in's shape %s", fn,
           tensor_describe(din, s1, sizeof s1), tensor_describe(in, s2, sizeof s2));
@@ -309,18 +310,18 @@ int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, 
     CHECK(dbias->shape[0] == N, STRATA_ESHAPE, "%s: dbias %s, expected %d", fn,
           tensor_describe(dbias, s1, sizeof s1), N);
   }
-  operand_t d = {dout->data, TENSOR_F32, (int)rows, N, 0}, x = {in->data, TENSOR_F32, (int)rows, K, 0};
-  operand_t w = {weight->data, TENSOR_F32, N, K, 0};
+  operand_t d = {dout->data, adt, (int)rows, N, 0}, x = {in->data, adt, (int)rows, K, 0};
+  operand_t w = {weight->data, weight->dtype, N, K, 0};
   if (din) {
-    operand_t g = {din->data, TENSOR_F32, (int)rows, K, 0};
+    operand_t g = {din->data, adt, (int)rows, K, 0};
     TRY(gemm_core(ctx, dev, g, d, w, 0, 0, 1.f, 1.f, 1)); /* din += dout W */
   }
 #if defined(STRATA_CUDA)
-  if (dweight && dbias && dev != TENSOR_CPU) { /* dW and the bias gradient in one cuBLASLt call */
+  if (dweight && dbias && dev != TENSOR_CPU && adt == TENSOR_F32) { /* dW and the bias gradient in one cuBLASLt call */
     void *db = NULL;
     TRY(tensor_device_alloc(ctx, &db, (size_t)N * sizeof(float), dev)); /* the epilogue overwrites */
     rc = tcu_linear_wgrad_lt(ctx, dweight->data, db, dout->data, in->data, rows, N, K);
-    if (rc == STRATA_OK) rc = tcu_acc(ctx, dbias->data, db, N);
+    if (rc == STRATA_OK) rc = tcu_acc(ctx, dbias->data, db, TENSOR_F32, N);
     tensor_device_free(ctx, db, dev);
     if (rc != STRATA_EUNSUPPORTED) goto fail;
     rc = STRATA_OK;
@@ -335,7 +336,7 @@ int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, 
       bias_grad_cpu(ctx, dbias->data, dout->data, rows, N);
     } else {
 #if defined(STRATA_CUDA)
-      TRY(tcu_bias_backward(ctx, dbias->data, dout->data, rows, N));
+      TRY(tcu_bias_backward(ctx, dbias->data, dout->data, (int)adt, rows, N));
 #endif
     }
   }
@@ -349,8 +350,8 @@ int tensor_bias_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in
   char s1[96], s2[96], s3[96];
   const char *fn = "tensor_bias_add_forward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "in", in, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "out", out, tensor_act_dtype(out), 1, 4));
+  TRY(tensor_check_act(ctx, fn, "in", in, out->dtype, 1, 4));
   TRY(tensor_check(ctx, fn, "bias", bias, TENSOR_F32, 1, 1));
   TRY(tensor_check_device(ctx, fn, "in", in, out->device));
   TRY(tensor_check_device(ctx, fn, "bias", bias, out->device));
@@ -361,7 +362,7 @@ int tensor_bias_add_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in
   int64_t rows = tensor_numel(in) / N;
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_bias_forward(ctx, out->data, in->data, bias->data, rows, N));
+    TRY(tcu_bias_forward(ctx, out->data, in->data, (int)in->dtype, bias->data, rows, N));
 #endif
     goto fail;
   }
@@ -379,11 +380,12 @@ int tensor_bias_add_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dbias, 
   char s1[96], s2[96];
   const char *fn = "tensor_bias_add_backward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(tensor_check(ctx, fn, "dout", dout, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "dout", dout, tensor_act_dtype(dout), 1, 4));
+  tensor_dtype_t adt = dout->dtype;
   int N = (int)dout->shape[dout->ndim - 1];
   int64_t rows = tensor_numel(dout) / N;
   if (din) {
-    TRY(tensor_check(ctx, fn, "din", din, TENSOR_F32, 1, 4));
+    TRY(tensor_check_act(ctx, fn, "din", din, adt, 1, 4));
     TRY(tensor_check_device(ctx, fn, "din", din, dout->device));
     CHECK(tensor_same_shape(din, dout), STRATA_ESHAPE, "%s: din %s != dout %s", fn,
           tensor_describe(din, s1, sizeof s1), tensor_describe(dout, s2, sizeof s2));
@@ -396,8 +398,8 @@ int tensor_bias_add_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dbias, 
   }
   if (dout->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    if (din) TRY(tcu_acc(ctx, din->data, dout->data, rows * N));
-    if (dbias) TRY(tcu_bias_backward(ctx, dbias->data, dout->data, rows, N));
+    if (din) TRY(tcu_acc(ctx, din->data, dout->data, (int)adt, rows * N));
+    if (dbias) TRY(tcu_bias_backward(ctx, dbias->data, dout->data, (int)adt, rows, N));
 #endif
     goto fail;
   }

@@ -13,7 +13,7 @@ static int check_ln(tensor_ctx_t *ctx, const char *fn, const tensor_t *x, const 
                     int *C) {
   int rc = STRATA_OK;
   char s1[96], s2[96];
-  TRY(tensor_check(ctx, fn, "in", x, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "in", x, tensor_act_dtype(x), 1, 4));
   TRY(tensor_check(ctx, fn, "weight", w, TENSOR_F32, 1, 1));
   TRY(tensor_check(ctx, fn, "mean", mean, TENSOR_F32, 1, 4));
   TRY(tensor_check(ctx, fn, "rstd", rstd, TENSOR_F32, 1, 4));
@@ -46,14 +46,14 @@ int tensor_layernorm_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *mean, t
   const char *fn = "tensor_layernorm_forward";
   if (!ctx) return STRATA_EINVAL;
   TRY(check_ln(ctx, fn, in, weight, bias, mean, rstd, &rows, &C));
-  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "out", out, in->dtype, 1, 4));
   TRY(tensor_check_device(ctx, fn, "out", out, in->device));
   CHECK(tensor_same_shape(out, in), STRATA_ESHAPE, "%s: out %s != in %s", fn,
         tensor_describe(out, s1, sizeof s1), tensor_describe(in, s2, sizeof s2));
   CHECK(eps >= 0.f, STRATA_EINVAL, "%s: eps %g < 0", fn, (double)eps);
   if (in->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    TRY(tcu_layernorm_forward(ctx, out->data, mean->data, rstd->data, in->data, weight->data,
+    TRY(tcu_layernorm_forward(ctx, out->data, mean->data, rstd->data, in->data, (int)in->dtype, weight->data,
                               bias ? bias->data : NULL, rows, C, eps));
 #endif
     goto fail;
@@ -95,12 +95,12 @@ int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweigh
   const char *fn = "tensor_layernorm_backward";
   if (!ctx) return STRATA_EINVAL;
   TRY(check_ln(ctx, fn, in, weight, NULL, mean, rstd, &rows, &C));
-  TRY(tensor_check(ctx, fn, "dout", dout, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "dout", dout, in->dtype, 1, 4));
   TRY(tensor_check_device(ctx, fn, "dout", dout, in->device));
   CHECK(tensor_same_shape(dout, in), STRATA_ESHAPE, "%s: dout %s != in %s", fn,
         tensor_describe(dout, s1, sizeof s1), tensor_describe(in, s2, sizeof s2));
   if (din) {
-    TRY(tensor_check(ctx, fn, "din", din, TENSOR_F32, 1, 4));
+    TRY(tensor_check_act(ctx, fn, "din", din, in->dtype, 1, 4));
     TRY(tensor_check_device(ctx, fn, "din", din, in->device));
     CHECK(tensor_same_shape(din, in), STRATA_ESHAPE, "%s: din %s != in %s", fn,
           tensor_describe(din, s1, sizeof s1), tensor_describe(in, s2, sizeof s2));
@@ -120,7 +120,7 @@ int tensor_layernorm_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweigh
   if (in->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
     TRY(tcu_layernorm_backward(ctx, din ? din->data : NULL, dweight ? dweight->data : NULL,
-                               dbias ? dbias->data : NULL, dout->data, in->data, weight->data,
+                               dbias ? dbias->data : NULL, dout->data, in->data, (int)in->dtype, weight->data,
                                mean->data, rstd->data, rows, C));
 #endif
     goto fail;
@@ -174,9 +174,9 @@ int tensor_residual_layernorm_forward(tensor_ctx_t *ctx, tensor_t *resid, tensor
   char s1[96], s2[96];
   const char *fn = "tensor_residual_layernorm_forward";
   if (!ctx) return STRATA_EINVAL;
-  TRY(tensor_check(ctx, fn, "a", a, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "b", b, TENSOR_F32, 1, 4));
-  TRY(tensor_check(ctx, fn, "resid", resid, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "a", a, tensor_act_dtype(a), 1, 4));
+  TRY(tensor_check_act(ctx, fn, "b", b, a->dtype, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "resid", resid, a->dtype, 1, 4));
   TRY(tensor_check_device(ctx, fn, "b", b, a->device));
   TRY(tensor_check_device(ctx, fn, "resid", resid, a->device));
   CHECK(tensor_same_shape(a, b) && tensor_same_shape(resid, a), STRATA_ESHAPE, "%s: a %s, b %s and resid differ",
@@ -187,14 +187,14 @@ int tensor_residual_layernorm_forward(tensor_ctx_t *ctx, tensor_t *resid, tensor
     goto fail;
   }
   TRY(check_ln(ctx, fn, resid, weight, bias, mean, rstd, &rows, &C));
-  TRY(tensor_check(ctx, fn, "out", out, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, "out", out, a->dtype, 1, 4));
   TRY(tensor_check_device(ctx, fn, "out", out, a->device));
   CHECK(tensor_same_shape(out, a), STRATA_ESHAPE, "%s: out %s != a %s", fn, tensor_describe(out, s1, sizeof s1),
         tensor_describe(a, s2, sizeof s2));
   CHECK(eps >= 0.f, STRATA_EINVAL, "%s: eps %g < 0", fn, (double)eps);
 #if defined(STRATA_CUDA)
   TRY(tcu_residual_layernorm_forward(ctx, resid->data, out->data, mean->data, rstd->data, a->data, b->data,
-                                     weight->data, bias ? bias->data : NULL, rows, C, eps));
+                                     (int)a->dtype, weight->data, bias ? bias->data : NULL, rows, C, eps));
 #endif
 fail:
   return rc;

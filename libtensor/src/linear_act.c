@@ -10,12 +10,12 @@ static int check_act(tensor_ctx_t *ctx, const char *fn, tensor_act_t act) {
   return STRATA_OK;
 }
 
-/* t is an f32 tensor of like's shape on like's device. */
+/* t is a tensor of like's dtype (f32, or bf16/f16 on CUDA), shape and device. */
 static int check_like(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
                       const tensor_t *like, const char *like_name) {
   int rc = STRATA_OK;
   char s1[96], s2[96];
-  TRY(tensor_check(ctx, fn, what, t, TENSOR_F32, 1, 4));
+  TRY(tensor_check_act(ctx, fn, what, t, tensor_act_dtype(like), 1, 4));
   TRY(tensor_check_device(ctx, fn, what, t, like->device));
   CHECK(tensor_same_shape(t, like), STRATA_ESHAPE, "%s: %s %s must have %s's shape %s", fn, what,
         tensor_describe(t, s1, sizeof s1), like_name, tensor_describe(like, s2, sizeof s2));
@@ -34,7 +34,8 @@ int tensor_linear_act_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *pre, c
   TRY(tensor_linear_check(ctx, fn, out, in, weight, bias, &rows, &N, &K));
   TRY(check_like(ctx, fn, "pre", pre, out, "out"));
   CHECK(pre->data != out->data, STRATA_EINVAL, "%s: pre and out must not alias", fn);
-  if (out->device != TENSOR_CPU && in->dtype != TENSOR_F16) {
+  /* cuBLASLt's epilogues write f32 (16-bit activations take the separate kernels) */
+  if (out->device != TENSOR_CPU && in->dtype != TENSOR_F16 && out->dtype == TENSOR_F32 && weight->dtype == in->dtype) {
 #if defined(STRATA_CUDA)
     rc = tcu_linear_lt(ctx, out->data, pre->data, in->data, weight->data, (int)in->dtype,
                        bias ? bias->data : NULL, rows, N, K, 1);
@@ -63,12 +64,12 @@ int tensor_linear_act_backward(tensor_ctx_t *ctx, tensor_t *din_pre, tensor_t *d
   TRY(check_like(ctx, fn, "din_pre", din_pre, in, "in"));
   TRY(check_like(ctx, fn, "dact", dact, in, "in"));
   TRY(check_like(ctx, fn, "in_pre", in_pre, in, "in"));
-  if (dout->device != TENSOR_CPU) {
+  if (dout->device != TENSOR_CPU && dout->dtype == TENSOR_F32) {
 #if defined(STRATA_CUDA)
     int K = (int)in->shape[in->ndim - 1], N = (int)dout->shape[dout->ndim - 1];
     int64_t rows = tensor_numel(in) / K;
     rc = tcu_linear_dgelu_lt(ctx, dact->data, dout->data, weight->data, in_pre->data, rows, N, K);
-    if (rc == STRATA_OK) rc = tcu_acc(ctx, din_pre->data, dact->data, rows * K);
+    if (rc == STRATA_OK) rc = tcu_acc(ctx, din_pre->data, dact->data, TENSOR_F32, rows * K);
     if (rc != STRATA_EUNSUPPORTED) goto fail;
     rc = STRATA_OK;
 #endif

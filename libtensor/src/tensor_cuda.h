@@ -49,10 +49,13 @@ int tcu_fill(tensor_ctx_t *ctx, void *p, int dtype, int64_t n, float value);
 int tcu_cast(tensor_ctx_t *ctx, void *dst, int ddt, const void *src, int sdt, int64_t n);
 
 /* Batched row-major GEMM: C_i = alpha op(A_i) op(B_i) + beta C_i; stride 0 shares an operand.
- * A/B dtype f32 or bf16 (TENSOR_*), C f32. */
+ * A/B dtype f32, bf16 or f16 (TENSOR_*); where one is 16-bit and the other
+ * f32, the f32 one is rounded to the other's dtype in scratch (so that
+ * bf16 activations meet f32 weights); C f32, bf16 or f16 (cdt); f32
+ * accumulation always. */
 int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, float alpha, const void *A,
              int adt, int lda, int64_t sa, const void *B, int bdt, int ldb, int64_t sb, float beta,
-             float *C, int ldc, int64_t sc, int batch);
+             void *C, int cdt, int ldc, int64_t sc, int batch);
 /* Linear layers through cuBLASLt's epilogues (gemm_lt.cu); row-major,
  * weight W (N,K), in and dout row-major (rows,K) and (rows,N). Each returns
  * STRATA_EUNSUPPORTED, writing nothing and recording no error, where
@@ -70,24 +73,31 @@ int tcu_linear_dgelu_lt(tensor_ctx_t *ctx, float *dpre, const float *dout, const
 int tcu_linear_wgrad_lt(tensor_ctx_t *ctx, float *dw, float *dbias, const float *dout, const float *in,
                         int64_t rows, int N, int K);
 void tcu_lt_destroy(tensor_ctx_t *ctx);
-int tcu_bias_forward(tensor_ctx_t *ctx, float *out, const float *in, const float *bias,
+/* The element-wise kernels, layernorm, embedding and attention take their
+ * activations (every (rows, C)-like operand; `adt`: f32, bf16 or f16, one
+ * dtype per call) as void pointers; parameters, their gradients and row
+ * statistics (mean, rstd, lse) are f32; every sum runs in f32. */
+int tcu_bias_forward(tensor_ctx_t *ctx, void *out, const void *in, int adt, const float *bias,
                      int64_t rows, int N);
-int tcu_bias_backward(tensor_ctx_t *ctx, float *dbias, const float *dout, int64_t rows, int N);
-int tcu_add(tensor_ctx_t *ctx, float *out, const float *a, const float *b, int64_t n);
-int tcu_acc(tensor_ctx_t *ctx, float *dst, const float *src, int64_t n);
-int tcu_layernorm_forward(tensor_ctx_t *ctx, float *out, float *mean, float *rstd, const float *in,
+int tcu_bias_backward(tensor_ctx_t *ctx, float *dbias, const void *dout, int adt, int64_t rows, int N);
+int tcu_add(tensor_ctx_t *ctx, void *out, const void *a, const void *b, int adt, int64_t n);
+int tcu_acc(tensor_ctx_t *ctx, void *dst, const void *src, int adt, int64_t n);
+int tcu_layernorm_forward(tensor_ctx_t *ctx, void *out, float *mean, float *rstd, const void *in, int adt,
                           const float *w, const float *b, int64_t rows, int C, float eps);
-int tcu_layernorm_backward(tensor_ctx_t *ctx, float *din, float *dw, float *db, const float *dout,
-                           const float *in, const float *w, const float *mean, const float *rstd,
+int tcu_layernorm_backward(tensor_ctx_t *ctx, void *din, float *dw, float *db, const void *dout,
+                           const void *in, int adt, const float *w, const float *mean, const float *rstd,
                            int64_t rows, int C);
-int tcu_gelu_forward(tensor_ctx_t *ctx, float *out, const float *in, int64_t n);
-int tcu_gelu_backward(tensor_ctx_t *ctx, float *din, const float *dout, const float *in, int64_t n);
+int tcu_gelu_forward(tensor_ctx_t *ctx, void *out, const void *in, int adt, int64_t n);
+int tcu_gelu_backward(tensor_ctx_t *ctx, void *din, const void *dout, const void *in, int adt, int64_t n);
 int tcu_attention_decode(tensor_ctx_t *ctx, float *out, const float *q, const float *k, const float *v,
                          int B, int Tmax, int C, int NH, int len);
-int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T,
+/* 16-bit activations (adt bf16 or f16) go to cuDNN (bf16 only, as they
+ * are); where it declines, STRATA_EUNSUPPORTED with no error recorded, and
+ * the caller runs the f32 kernel on f32 copies. */
+int tcu_attention_forward(tensor_ctx_t *ctx, void *out, float *lse, const void *qkv, int adt, int B, int T,
                           int C, int NH);
-int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,
-                           const float *out, const float *lse, int B, int T, int C, int NH);
+int tcu_attention_backward(tensor_ctx_t *ctx, void *dqkv, const void *dout, const void *qkv,
+                           const void *out, int adt, const float *lse, int B, int T, int C, int NH);
 /* columns.cu: dst[r, d0 + c] (+)= src[r, s0 + c], r < rows, c < n; widths Wd and Ws. */
 int tcu_copy_columns(tensor_ctx_t *ctx, float *dst, int64_t Wd, int64_t d0, const float *src, int64_t Ws, int64_t s0,
                      int64_t n, int64_t rows, int accumulate);
@@ -102,9 +112,9 @@ int tcu_attention_block_rowdot(tensor_ctx_t *ctx, float *d, const float *dout, c
 int tcu_attention_block_backward(tensor_ctx_t *ctx, float *dq, float *dk, float *dv, const float *dout,
                                  const float *q, const float *k, const float *v, const float *lse, const float *D,
                                  int B, int Tq, int Tk, int C, int NH, int64_t q0, int64_t k0);
-int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids, const float *wte,
+int tcu_embedding_forward(tensor_ctx_t *ctx, void *out, int adt, const int32_t *ids, const float *wte,
                           const float *wpe, int B, int T, int C, int V, int64_t lo, int slice);
-int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,
+int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const void *dout, int adt,
                            const int32_t *ids, int B, int T, int C, int V, int64_t lo);
 int tcu_xent_forward(tensor_ctx_t *ctx, float *losses, float *lse, const float *logits,
                      const int32_t *targets, int64_t rows, int V);
@@ -119,15 +129,15 @@ int tcu_xent_slice_combine(tensor_ctx_t *ctx, float *lse, float *losses, const f
 /* The fused classifier's row kernel (classifier.c) over n rows of f32
  * logits z (n, V): lse, losses (may be NULL) and, when dz is given, dz =
  * dloss (softmax - onehot) in dtype dz_dt (f32: dz may be z itself, row by
- * row in place; bf16); a row with target < 0 gets loss 0 and dz 0. A target
+ * row in place; bf16, f16); a row with target < 0 gets loss 0 and dz 0. A target
  * >= V raises the device flag, which tcu_classifier_check reads back once
  * (STRATA_EINVAL) after the chunks. */
 int tcu_classifier_rows(tensor_ctx_t *ctx, float *losses, float *lse, void *dz, int dz_dt, const float *z,
                         const int32_t *targets, int64_t n, int V, float dloss);
 int tcu_classifier_check(tensor_ctx_t *ctx, int V);
 /* resid = a + b, out = layernorm(resid) (mean, rstd saved); one warp a row. */
-int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, float *resid, float *out, float *mean, float *rstd,
-                                   const float *a, const float *b, const float *w, const float *bias,
+int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, void *resid, void *out, float *mean, float *rstd,
+                                   const void *a, const void *b, int adt, const float *w, const float *bias,
                                    int64_t rows, int C, float eps);
 /* layernorm_split.cu: the phases of tensor_layernorm_split_* over R rows
  * of A columns (C the whole rows'), and the 2-D transpose (r x c in). */

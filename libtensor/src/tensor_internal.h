@@ -67,6 +67,16 @@ int tensor_ctx_attention(const tensor_ctx_t *ctx);
  * (device < -1: any). `fn` and `what` name the call and the argument. */
 int tensor_check(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
                  tensor_dtype_t dtype, int lo, int hi);
+/* An activation's dtype: bf16 or f16 where t is one, else f32 (so that a
+ * tensor of another dtype fails tensor_check_act as "expected f32"). */
+static inline tensor_dtype_t tensor_act_dtype(const tensor_t *t) {
+  return t && (t->dtype == TENSOR_BF16 || t->dtype == TENSOR_F16) ? t->dtype : TENSOR_F32;
+}
+/* tensor_check for an activation or activation gradient of dtype `dtype`:
+ * f32 anywhere, bf16 and f16 on a CUDA device only (STRATA_EUNSUPPORTED on
+ * the CPU, whose kernels are f32). */
+int tensor_check_act(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
+                     tensor_dtype_t dtype, int lo, int hi);
 /* Checks that t (optional when NULL) lives on `device`. */
 int tensor_check_device(tensor_ctx_t *ctx, const char *fn, const char *what, const tensor_t *t,
                         int device);

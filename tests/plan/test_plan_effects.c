@@ -87,6 +87,50 @@ Test(effects, embedding_output_counted_once) {
   cr_expect(CLOSE(once.mem[PAR_MEM_ACTIV], act), "%g vs %g", once.mem[PAR_MEM_ACTIV], act);
 }
 
+/* strata's engine on a CUDA device (par_plan_params_engine_device): with
+ * bf16 or f16 activations (par_gpt_options_t.act_dtype) every activation
+ * element is 2 bytes, so all but the head's term is exactly half the f32
+ * one (each term is tok h e times a count, e the element's bytes); the
+ * fused head (gpt.c fuses it on every device) holds one chunk of f32 logits
+ * (256 MiB / (4 V) rows, at most the microbatch's tokens), plus with 16-bit
+ * activations the chunk's 16-bit gradient and the tied weight rounded once,
+ * instead of the CPU engine's whole logits and their f32 gradient (tok V
+ * (e + 4)). Checked with and without recompute. */
+Test(effects, engine_device_activations) {
+  par_gpt_config_t m = {.layers = 4, .hidden = 256, .heads = 4, .seq = 1024, .vocab = 50304};
+  par_cluster_t c = preset("dgx-a100-80gb", 1);
+  c.gpus_per_node = 1;
+  par_layout_t l = PAR_LAYOUT_DEFAULTS;
+  l.microbatch = 8, l.global_batch = 8, l.precision = PAR_PREC_BF16;
+  double tok = 8 * 1024, V = 50304, h = 256;
+  double rows = floor(256.0 * 1024 * 1024 / (4 * V)); /* 1334 < tok */
+  for (int rc = 0; rc < 2; rc++) {
+    m.recompute = rc;
+    par_plan_params_t cpu, f32, b16;
+    par_plan_params_engine(&cpu);
+    par_plan_params_engine_device(&f32, 4);
+    par_plan_params_engine_device(&b16, 2);
+    cr_expect_eq(f32.act_elem_bytes, 4.0);
+    cr_expect_eq(b16.act_elem_bytes, 2.0);
+    cr_expect_eq(b16.head_chunk_bytes, 256.0 * 1024 * 1024);
+    par_plan_t a, b, whole;
+    cr_assert_eq(par_plan_estimate(&m, &l, &c, &cpu, &whole), 0, "%s", whole.why);
+    cr_assert_eq(par_plan_estimate(&m, &l, &c, &f32, &a), 0, "%s", a.why);
+    cr_assert_eq(par_plan_estimate(&m, &l, &c, &b16, &b), 0, "%s", b.why);
+    double head32 = rows * V * 4, head16 = rows * V * 4 + rows * V * 2 + V * h * 2;
+    double body32 = a.mem[PAR_MEM_ACTIV] - head32, body16 = b.mem[PAR_MEM_ACTIV] - head16;
+    cr_expect(CLOSE(body16, body32 / 2), "recompute %d: bf16 activations %.6g bytes besides the head, want half "
+              "of f32's %.6g", rc, body16, body32);
+    cr_expect(CLOSE(whole.mem[PAR_MEM_ACTIV] - tok * V * (4 + 4), body32),
+              "recompute %d: the CPU engine's whole logits %.6g", rc, whole.mem[PAR_MEM_ACTIV] - body32);
+    /* a chunk larger than the microbatch's logits holds just those */
+    b16.head_chunk_bytes = 1e12;
+    cr_assert_eq(par_plan_estimate(&m, &l, &c, &b16, &b), 0, "%s", b.why);
+    cr_expect(CLOSE(b.mem[PAR_MEM_ACTIV] - body16, tok * V * (4 + 2) + V * h * 2), "recompute %d: %.6g", rc,
+              b.mem[PAR_MEM_ACTIV] - body16);
+  }
+}
+
 /* ZeRO-3's collectives per region on the data-parallel group's link, a
  * ring's (N - 1) alpha + (N - 1)/N n / B each. */
 static double ring(double n, double N, double bw, double lat) { return (N - 1) * lat + (N - 1) / N * n / bw; }

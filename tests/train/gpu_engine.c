@@ -50,6 +50,24 @@
  *    over STEPS steps, parameters within 0.25 of the move (the trajectory
  *    follows the same gradients to two or three digits), and the run
  *    differs from the fp32 device run (the option reached cuBLAS).
+ *  - 16-bit activations (par_engine_options_t.activations): every
+ *    activation and activation gradient stored in bf16 (8 significant
+ *    bits: 2^-8 relative per stored value) or f16 (2^-11), the GEMMs on
+ *    16-bit operands, f32 accumulation and statistics throughout. Through
+ *    the 2 blocks a value passes some 25 roundings (forward and backward,
+ *    the residual gradient accumulating in 16 bits), so one step's loss
+ *    moves by up to ~4e-3 relative and the gradients by a few per cent
+ *    (tests/tensor/gpu_equiv.c checks one step within 2e-2 and 1e-1);
+ *    over STEPS steps the trajectories drift further apart. bf16
+ *    activations (bf16 storage with fp32 masters: bf16 end to end; and over
+ *    fp32 storage at ZeRO 2 with two microbatches): losses within 2e-2
+ *    relative, gradient norms 1e-1, parameters 0.5 of the move (twice
+ *    bf16_matmul's bounds, which round only the GEMM inputs); f16
+ *    activations with fp16 storage and the dynamic loss scaler (the
+ *    scaled activation gradients must stay below f16's 65504, which the
+ *    scaler's skipped steps enforce): 1e-2, 5e-2, 0.25 (f16's rounding is
+ *    8x finer than bf16's). And each run differs from the fp32 device run
+ *    (the option reached the model); on the CPU the option is refused.
  *  - a checkpoint saved on the device loads into a device engine of
  *    another ZeRO stage and into a CPU engine with the very same
  *    parameters (the file holds fp32 values; no arithmetic on the way).
@@ -74,6 +92,7 @@ typedef struct {
   int zero, accum, prec, bf16mm;
   const char *opt;
   double tol_loss, tol_gnorm, tol_move;
+  int acts; /* the activations' dtype (par_engine_options_t.activations): 0 f32 */
 } case_t;
 
 static int create(par_engine_t **e, int device, const case_t *k, char *err, size_t n) {
@@ -85,6 +104,7 @@ static int create(par_engine_t **e, int device, const case_t *k, char *err, size
   oc.name = k->opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.steps = STEPS, eo.threads = 1, eo.seed = 7, eo.device = device, eo.bf16_matmul = k->bf16mm;
+  eo.activations = k->acts;
   eo.bucket_mb = 0.004; /* several buckets */
   if (k->prec == PAR_PREC_FP16) eo.loss_scale = 1024;
   return par_engine_create(e, &mc, &lay, &oc, &eo, err, n);
@@ -99,6 +119,7 @@ static par_engine_t *engine(int device, const case_t *k) {
   oc.name = k->opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
   par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
   eo.steps = STEPS, eo.threads = 1, eo.seed = 7, eo.device = device, eo.bf16_matmul = k->bf16mm;
+  eo.activations = k->acts;
   eo.bucket_mb = 0.004;
   if (k->prec == PAR_PREC_FP16) eo.loss_scale = 1024;
   return make_engine(&mc, &lay, &oc, &eo);
@@ -133,18 +154,25 @@ static float *versus_cpu(const case_t *k, int device, double *dl, double *dg, do
 }
 
 static const char *precs[] = {"fp32", "bf16", "fp16"};
+static const char *acts_name[] = {"", " bf16 activations", " f16 activations"};
 
 static void equivalence(int device) {
   static const case_t cases[] = {
-      {0, 1, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3},
-      {1, 1, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3},
-      {2, 2, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3},
-      {3, 2, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3},
-      {2, 1, PAR_PREC_FP32, 0, "lamb", 2e-5, 1e-4, 1e-3},
-      {0, 1, PAR_PREC_BF16, 0, "adamw", 1e-3, 1e-2, 2e-2},
-      {3, 1, PAR_PREC_BF16, 0, "adamw", 1e-3, 1e-2, 2e-2},
-      {1, 1, PAR_PREC_FP16, 0, "adamw", 1e-3, 1e-2, 2e-2},
-      {0, 1, PAR_PREC_FP32, 1, "adamw", 1e-2, 5e-2, 0.25},
+      {0, 1, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {1, 1, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {2, 2, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {3, 2, PAR_PREC_FP32, 0, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {2, 1, PAR_PREC_FP32, 0, "lamb", 2e-5, 1e-4, 1e-3, 0},
+      {0, 1, PAR_PREC_BF16, 0, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {3, 1, PAR_PREC_BF16, 0, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {1, 1, PAR_PREC_FP16, 0, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {0, 1, PAR_PREC_FP32, 1, "adamw", 1e-2, 5e-2, 0.25, 0},
+      /* 16-bit activations: bf16 end to end (bf16 storage, fp32 masters), bf16
+       * activations over fp32 storage, f16 activations with fp16 storage and
+       * the loss scaler */
+      {0, 1, PAR_PREC_BF16, 0, "adamw", 2e-2, 1e-1, 0.5, TENSOR_BF16},
+      {2, 2, PAR_PREC_FP32, 0, "adamw", 2e-2, 1e-1, 0.5, TENSOR_BF16},
+      {1, 1, PAR_PREC_FP16, 0, "adamw", 1e-2, 5e-2, 0.25, TENSOR_F16},
   };
   float *fp32_dev = NULL;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -152,25 +180,25 @@ static void equivalence(int device) {
     double dl, dg, dm;
     float *pg = versus_cpu(k, device, &dl, &dg, &dm);
     CHECK(dl <= k->tol_loss && dg <= k->tol_gnorm && dm <= k->tol_move,
-          "zero %d %s %s%s: losses %.2e apart (bound %.0e), gradient norms %.2e (%.0e), parameters "
+          "zero %d %s %s%s%s: losses %.2e apart (bound %.0e), gradient norms %.2e (%.0e), parameters "
           "%.2e of the "
           "move (%.0e)",
-          k->zero, k->opt, precs[k->prec], k->bf16mm ? " bf16_matmul" : "", dl, k->tol_loss, dg,
-          k->tol_gnorm, dm, k->tol_move);
+          k->zero, k->opt, precs[k->prec], k->bf16mm ? " bf16_matmul" : "", acts_name[k->acts], dl, k->tol_loss,
+          dg, k->tol_gnorm, dm, k->tol_move);
     if (rank == 0)
-      printf("gpu_engine: zero %d %s %s%s accum %d: losses %.2e, norms %.2e, parameters %.2e of "
+      printf("gpu_engine: zero %d %s %s%s%s accum %d: losses %.2e, norms %.2e, parameters %.2e of "
              "the move\n",
-             k->zero, k->opt, precs[k->prec], k->bf16mm ? " bf16_matmul" : "", k->accum, dl, dg,
-             dm);
+             k->zero, k->opt, precs[k->prec], k->bf16mm ? " bf16_matmul" : "", acts_name[k->acts], k->accum,
+             dl, dg, dm);
     if (i == 0) {
       fp32_dev = pg;
     } else {
-      if (k->bf16mm) { /* the option reached cuBLAS: not the fp32 device run */
+      if (k->bf16mm || k->acts) { /* the option reached the model: not the fp32 device run */
         size_t differ = 0;
         for (size_t j = 0; j < nparams(); j++)
           differ += pg[j] != fp32_dev[j];
-        CHECK(differ > 0,
-              "bf16_matmul trained exactly as fp32 GEMMs: the option did not reach the model");
+        CHECK(differ > 0, "%s trained exactly as fp32: the option did not reach the model",
+              k->acts ? acts_name[k->acts] : "bf16_matmul");
       }
       free(pg);
     }
@@ -181,7 +209,7 @@ static void equivalence(int device) {
 /* A checkpoint written on the device loads into a device engine of another
  * ZeRO stage and into a CPU engine with the same parameters, bit for bit. */
 static void checkpoints(int device) {
-  case_t k0 = {0, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0}, k3 = k0;
+  case_t k0 = {0, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0, 0}, k3 = k0;
   k3.zero = 3;
   size_t np = nparams();
   char path[256];
@@ -223,7 +251,7 @@ static void checkpoints(int device) {
  * (the device accountant's peak less states and pass buffers) within 10%. */
 static void memory(int device) {
   for (int zero = 0; zero <= 3; zero++) {
-    case_t k = {zero, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0};
+    case_t k = {zero, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0, 0};
     par_engine_t *e = engine(device, &k);
     par_data_t *d = markov_data(mc.seq);
     par_step_t st;
@@ -255,11 +283,48 @@ static void memory(int device) {
   }
 }
 
+/* bf16 activations on the device: the activations (the device accountant's
+ * peak less states and pass buffers) within 10% of the planner with
+ * strata's device parameters (par_plan_params_engine_device: 2 bytes per
+ * activation element; the fused head's one chunk of f32 logits, its bf16
+ * gradient and the bf16 copy of the tied weight, here the whole microbatch's
+ * 64 rows in one chunk), as memory() checks fp32 with the CPU's. What the
+ * planner leaves out is small here: the f32 row statistics (4 + heads floats
+ * a token per block) and 16-byte alignment of each view. */
+static void memory_act16(int device) {
+  case_t k = {0, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0, TENSOR_BF16};
+  par_engine_t *e = engine(device, &k);
+  par_data_t *d = markov_data(mc.seq);
+  par_step_t st;
+  CHECK(par_engine_step(e, d, &st) == 0, "step: %s", par_engine_error(e));
+  par_engine_info_t in;
+  par_engine_info(e, &in);
+  par_layout_t lay = PAR_LAYOUT_DEFAULTS;
+  lay.dp = ranks, lay.microbatch = 4, lay.global_batch = 4 * ranks;
+  par_cluster_t cl;
+  par_cluster_preset("this-machine", &cl, NULL, 0);
+  cl.nodes = 1, cl.gpus_per_node = ranks;
+  par_plan_params_t pp;
+  par_plan_params_engine_device(&pp, 2);
+  par_plan_t pl;
+  CHECK(par_plan_estimate(&mc, &lay, &cl, &pp, &pl) == 0, "planner: %s", pl.why);
+  size_t cur = 0, peak = 0;
+  par_engine_memory(e, &cur, &peak);
+  double states = (double)(in.state_bytes[0] + in.state_bytes[1] + in.state_bytes[2]);
+  double act = (double)peak - states - (double)in.buffer_peak;
+  CHECK(fabs(pl.mem[PAR_MEM_ACTIV] / act - 1) <= 0.10, "bf16 activations: %.0f bytes on the device, planner %.0f",
+        act, pl.mem[PAR_MEM_ACTIV]);
+  if (rank == 0)
+    printf("gpu_engine: bf16 activations: %.0f bytes on the device (planner %.0f)\n", act, pl.mem[PAR_MEM_ACTIV]);
+  par_data_destroy(d);
+  par_engine_destroy(e);
+}
+
 /* What needs no GPU: the refusals where there is none, auto's fallback,
  * the memory check of the device runs done on the CPU (the same numbers
  * must hold there: zero_equiv.c's check with this test's model). */
 static void without_gpu(void) {
-  case_t k = {1, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0};
+  case_t k = {1, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0, 0};
   char err[1024];
   par_engine_t *e = NULL;
   int rc = create(&e, PAR_DEVICE_CUDA, &k, err, sizeof err);
@@ -311,6 +376,13 @@ static void without_gpu(void) {
   par_data_destroy(da), par_data_destroy(dc);
   par_engine_destroy(a), par_engine_destroy(c);
   memory(TENSOR_CPU);
+  /* 16-bit activations on the CPU: refused, naming the dtype and why */
+  case_t kb = {0, 1, PAR_PREC_FP32, 0, "adamw", 0, 0, 0, TENSOR_BF16};
+  rc = create(&e, PAR_DEVICE_CPU, &kb, err, sizeof err);
+  CHECK(rc != STRATA_OK && strstr(err, "bf16 activations on the CPU: the CPU computes in f32"),
+        "bf16 activations on the CPU: status %d, '%s'", rc, err);
+  if (rank == 0) printf("gpu_engine: bf16 activations here: %s\n", err);
+  par_engine_destroy(e), e = NULL;
 }
 
 int main(int argc, char **argv) {
@@ -334,5 +406,6 @@ int main(int argc, char **argv) {
   equivalence(device);
   checkpoints(device);
   memory(device);
+  memory_act16(device);
   return harness_finish("on the device against the CPU");
 }

@@ -174,10 +174,26 @@ typedef struct {
    * Forwards without targets (sampling, decoding) compute the whole logits
    * as before. Vocabulary-parallel heads (tp) and 2D/2.5D/3D keep theirs. */
   int head_chunk;
+  /* The dtype of the activations and their gradients (a tensor_dtype_t of
+   * strata/tensor.h): TENSOR_F32 (0, the default), or on a CUDA device
+   * TENSOR_BF16 or TENSOR_F16: the embedding output, the residual streams,
+   * the layernorm outputs, qkv, the attention output, the MLP's hidden
+   * and GELU outputs and all their gradients are stored in 16 bits (half
+   * the activation memory), every kernel accumulating in f32; the
+   * parameters and their gradients stay f32, as do the layernorms' mean
+   * and rstd, the attention's log-sum-exp, the losses and the head's
+   * logits. The GEMMs then take 16-bit operands (the f32 weights rounded
+   * to the activations' dtype) and write 16-bit outputs with f32
+   * accumulation; attention runs cuDNN's on bf16 q, k, v as they are
+   * (f16: strata's f32 kernel on f32 copies). The CPU computes in f32: a
+   * 16-bit dtype with device -1 is STRATA_EUNSUPPORTED, as are the layouts
+   * that do not take it yet (tensor, sequence or ring parallelism,
+   * pipeline stages, head_chunk -1). */
+  int act_dtype;
 } par_gpt_options_t;
 #define PAR_GPT_OPTIONS_DEFAULTS                                                                   \
   {.threads = 0, .device = -1, .bf16_matmul = 0, .external = 0, .tp = NULL, .seq_parallel = 0, .stages = 1,     \
-   .stage = 0, .interleave = 1, .partition_activations = 0, .ring = NULL, .head_chunk = 0}
+   .stage = 0, .interleave = 1, .partition_activations = 0, .ring = NULL, .head_chunk = 0, .act_dtype = 0}
 
 /* Number of parameters of a configuration (the length of the flat arrays):
  * V h + T h + L (12 h^2 + 13 h) + 2 h. 0 if the configuration is invalid. */

@@ -129,8 +129,16 @@ typedef struct {
                                backward, per token x hidden (14: residual, layernorm,
                                qkv 3, attention output, fc 4, GeLU 4) */
   double act_elem_bytes;    /* bytes per activation element; 0: by the precision (2 for
-                               bf16/fp16, 4 for fp32); strata's engine computes in fp32
-                               under every precision: 4 */
+                               bf16/fp16, 4 for fp32); strata's engine: 4 (fp32 compute
+                               under every precision), 2 with 16-bit activations on a
+                               device (par_gpt_options_t.act_dtype) */
+  double head_chunk_bytes;  /* > 0: the head's logits exist one chunk of rows at a time
+                               (a fused classifier, strata's on a CUDA device): the last
+                               stage holds one chunk of rows of f32 logits of at most
+                               this many bytes (at least one row), their gradient in
+                               act_elem_bytes when those are < 4 and the tied weight
+                               rounded to them, instead of every microbatch's logits;
+                               0: the whole logits (the CPU engine, Megatron) */
   double mask_bytes;        /* bytes per dropout-mask element kept for backward (1: a
                                byte mask as Megatron; 0: a model without dropout) */
   double bwd_factor;        /* backward cost / forward cost (2: dX and dW GEMMs) */
@@ -187,7 +195,7 @@ typedef struct {
    .ew_passes_score = 6.5, .act_token_elems = 16.0, .act_token_elems_replicated = 4.0,            \
    .act_score_elems = 2.0, .bwd_scratch_token_elems = 14.0, .mask_bytes = 1.0,                    \
    .bwd_scratch_token_elems_replicated = 2.0,                                                     \
-   .act_elem_bytes = 0.0,                                                                         \
+   .act_elem_bytes = 0.0, .head_chunk_bytes = 0.0,                                                \
    .bwd_factor = 2.0, .dp_overlap = 1.0, .zero3_overlap = 1.0, .offload_overlap = 0.5,            \
    .cpu_adam_bytes = 28.0, .cpu_adam_flops = 12.0, .gpu_optim_bytes = 28.0,                       \
    .dp_bucket_bytes = 2 * 50e6, .zero3_prefetch_layers = 0.0, .zero3_prefetch_elems = 5e7,       \
@@ -207,6 +215,11 @@ typedef struct {
  * states equal the engine's exactly, its activations within 10%
  * (tests/train/zero_equiv.c). */
 STRATA_API void par_plan_params_engine(par_plan_params_t *p);
+/* strata's engine on a CUDA device: par_plan_params_engine with the fused
+ * head (head_chunk_bytes = TENSOR_CLASSIFIER_CHUNK_BYTES, libtensor's
+ * default chunk) and act_bytes per activation element (4: f32, 2: bf16 or
+ * f16 activations, par_gpt_options_t.act_dtype; other values: 4). */
+STRATA_API void par_plan_params_engine_device(par_plan_params_t *p, int act_bytes);
 
 /* Parameters by name (the field names above), as for the cluster: set
  * returns STRATA_EINVAL for a value outside the key's range. */

@@ -167,6 +167,12 @@ typedef struct {
   /* On a CUDA device: the model's fp32 GEMMs run with bf16 inputs and fp32
    * accumulation (libtensor's tensor_ctx_options_t.bf16_matmul). */
   int bf16_matmul;
+  /* On a CUDA device: the dtype of the model's activations and their
+   * gradients (par_gpt_options_t.act_dtype: TENSOR_F32, the default,
+   * TENSOR_BF16 or TENSOR_F16 of strata/tensor.h). 16-bit activations on
+   * the CPU, or with tensor, ring or pipeline parallelism, are
+   * STRATA_EUNSUPPORTED naming why. */
+  int activations;
 } par_engine_options_t;
 enum { PAR_DEVICE_CPU = -1, PAR_DEVICE_AUTO = -2, PAR_DEVICE_CUDA = -3 };
 #define PAR_ENGINE_OPTIONS_DEFAULTS                                                                \
@@ -174,7 +180,7 @@ enum { PAR_DEVICE_CPU = -1, PAR_DEVICE_AUTO = -2, PAR_DEVICE_CUDA = -3 };
    .init = NULL, .no_init = 0, .seq = 0, .bucket_mb = 25.0, .memory_bytes = 0.0, .delay_reductions_s = 0.0,     \
    .loss_scale = 0.0, .loss_scale_window = 0, .delay_ops_s = 0.0,  \
    .offload_dir = NULL, .device_bytes = 0.0, .host_bytes = 0.0, .offload_chunks = 0, .chunk_bytes = 0.0, \
-   .device = -1, .bf16_matmul = 0}
+   .device = -1, .bf16_matmul = 0, .activations = 0}
 
 /* Creates the engine: validates the layout against the communicator
  * (par_layout_validate) and trains it: dp x tp x pp ranks, or dp x sp

@@ -281,8 +281,10 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
            e->wsize, e->opts.threads);
   if (e->device >= 0) { /* (the CPU's description stays as it was) */
     size_t k = strlen(e->layout_desc);
-    snprintf(e->layout_desc + k, sizeof e->layout_desc - k, " device=cuda%s",
-             e->opts.bf16_matmul ? " bf16_matmul" : "");
+    static const char *const acts[] = {"", " activations=bf16", " activations=f16"};
+    int a = e->opts.activations;
+    snprintf(e->layout_desc + k, sizeof e->layout_desc - k, " device=cuda%s%s",
+             e->opts.bf16_matmul ? " bf16_matmul" : "", a == 1 || a == 2 ? acts[a] : "");
   }
   e->loss_ranks = e->wsize / e->pp; /* the last stage's */
   if (e->opts.seq < 0 || e->opts.seq > mc->seq)
@@ -310,6 +312,7 @@ static int create(par_engine_t *e, const par_gpt_config_t *mc, const par_layout_
   go.stages = e->pp, go.stage = e->stage, go.interleave = e->interleave;
   go.partition_activations = lay->partition_activations;
   go.ring = e->ringc;
+  go.act_dtype = e->opts.activations; /* (the model refuses 16 bits on the CPU, naming why) */
   if (par_gpt_create_ex(&e->model, mc, &go, e->opts.seed) != STRATA_OK)
     return engine_fail(e, 1, STRATA_EINVAL, "model: %s", par_gpt_create_error());
   e->tc = par_gpt_tensor_ctx(e->model);

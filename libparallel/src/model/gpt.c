@@ -3,6 +3,7 @@
  * buffers and accessors. The layers are in gpt_layers.c. */
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,31 @@ size_t par_gpt_param_count(const par_gpt_config_t *c) {
 
 double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
   return 6.0 * (double)par_gpt_param_count(c) + 6.0 * c->layers * c->hidden * (double)T;
+}
+
+/* The activations' dtype (opts.act_dtype): f32 anywhere; bf16 and f16 on a
+ * CUDA device, with the serial layers (the parallel ones move f32 buffers
+ * through libcomm) and the fused head (whose logits stay f32). */
+static int check_act_dtype(par_gpt_t *m) {
+  static const char *const names[] = {"f32", "bf16", "f16"};
+  int dt = m->opts.act_dtype;
+  m->act_dtype = TENSOR_F32;
+  if (dt == TENSOR_F32) return STRATA_OK;
+  if (dt != TENSOR_BF16 && dt != TENSOR_F16)
+    return gpt_seterr(NULL, STRATA_EINVAL, "par_gpt_create: act_dtype %d is not f32 (%d), bf16 (%d) or f16 (%d)", dt,
+                      TENSOR_F32, TENSOR_BF16, TENSOR_F16);
+  const char *why = m->device == TENSOR_CPU ? "the CPU computes in f32 (16-bit activations need a CUDA device)"
+                    : m->tp_size > 1 || m->md   ? "tensor parallelism keeps f32 activations in this version"
+                    : m->ring_size > 1          ? "ring self-attention keeps f32 activations in this version"
+                    : m->stages > 1             ? "pipeline stages exchange f32 activations in this version"
+                    : !m->fused_head            ? "the unfused head (head_chunk -1) keeps f32 activations in this version"
+                                                : NULL;
+  char where[32] = "the CPU";
+  if (m->device != TENSOR_CPU) snprintf(where, sizeof where, "cuda:%d", m->device);
+  if (why)
+    return gpt_seterr(NULL, STRATA_EUNSUPPORTED, "par_gpt_create: %s activations on %s: %s", names[dt], where, why);
+  m->act_dtype = dt;
+  return STRATA_OK;
 }
 
 /* ---- views ---- */
@@ -381,6 +407,7 @@ int par_gpt_create_ex(par_gpt_t **model, const par_gpt_config_t *cfg, const par_
   m->fused_head = m->opts.head_chunk >= 0 && m->tp_size < 2 && !m->md &&
                   (m->opts.head_chunk > 0 || m->device != TENSOR_CPU);
   m->head_chunk = m->opts.head_chunk > 0 ? m->opts.head_chunk : 0;
+  if ((rc = check_act_dtype(m))) goto fail;
   int L = cfg->layers;
   int64_t C = cfg->hidden, V = cfg->vocab, Tm = cfg->seq;
   int nv = 4 + 12 * L;
@@ -540,9 +567,10 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   }
   for (int l = 0; l < L; l++) nheld += m->held[l];
   int nsets = m->cfg.recompute ? 0 : nheld; /* with recompute: one set in the shared scratch */
-  /* this rank's share of the split activations: qkv, attention output, MLP hidden */
+  /* this rank's share of the split activations: qkv, attention output, MLP hidden. Counts
+   * of elements: *_a of the activations' dtype, *_f of f32 (row statistics, losses, logits) */
   int64_t C3 = 3 * C / t, Ca = C / t, C4 = 4 * C / t;
-  int64_t per_set = R * (3 * C + C3 + Ca + 2 * C4) + 4 * R + R * NH;
+  int64_t set_a = R * (3 * C + C3 + Ca + 2 * C4), set_f = 4 * R + R * NH;
   int64_t Vl = V / t; /* this rank's vocabulary slice (logits) */
   /* sequence parallel: the residual stream, layernorms and adds on this rank's R / t tokens */
   int sp = m->sp;
@@ -550,10 +578,21 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     return gpt_seterr(m, STRATA_EINVAL, "par_gpt: B*T = %lld tokens do not divide over a %s group of %d",
                       (long long)R, sp ? "sequence-parallel" : "tensor-parallel (partitioned checkpoints)", t);
   int64_t Rl = sp ? R / t : R;
-  if (sp) per_set = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + 4 * Rl + R * NH;
-  int64_t acts_n = nx * Rl * C + nxp * (R / t) * C + nsets * per_set + (head ? R * C + 2 * Rl + 2 * R : 0) + (full ? R * Vl : 0);
-  int64_t grads_n = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (full ? R * Vl : 0) + (sp ? 2 * R * C + 4 * C : 0) +
-                    (m->cfg.recompute && nheld ? per_set : 0) + (part ? 2 * R * C : 0);
+  if (sp) set_a = Rl * 3 * C + R * (C3 + Ca + 2 * C4), set_f = 4 * Rl + R * NH;
+  int64_t acts_a = nx * Rl * C + nxp * (R / t) * C + nsets * set_a + (head ? R * C : 0);
+  int64_t acts_f = nsets * set_f + (head ? 2 * Rl + 2 * R : 0) + (full ? R * Vl : 0);
+  int64_t grads_a = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (sp ? 2 * R * C : 0) +
+                    (m->cfg.recompute && nheld ? set_a : 0) + (part ? 2 * R * C : 0);
+  int64_t grads_f = (full ? R * Vl : 0) + (sp ? 4 * C : 0) + (m->cfg.recompute && nheld ? set_f : 0);
+  /* 16-bit activations: every view starts 16-byte aligned (as cuBLAS's
+   * tensor-core kernels and cuDNN want their operands), so each may waste up
+   * to 15 bytes; f32 ones are laid out back to back, as before */
+  tensor_dtype_t adt = m->act_dtype;
+  int a16 = adt != TENSOR_F32;
+  int64_t es = (int64_t)tensor_dtype_size(adt), nviews = L + 1 + 12 * (nsets + 1) + 32;
+  int64_t acts_b = acts_a * es + acts_f * 4 + (a16 ? 16 * nviews : 0);
+  int64_t grads_b = grads_a * es + grads_f * 4 + (a16 ? 16 * nviews : 0);
+  int64_t acts_n = (acts_b + es - 1) / es, grads_n = (grads_b + es - 1) / es; /* in elements of adt */
   if (R > m->cap_bt) {
     free_acts(m);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
@@ -565,7 +604,7 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
       goto fail;
     }
     int64_t ids_n = 2 * R;
-    if ((rc = tensor_alloc(m->tc, &m->act_store, TENSOR_F32, m->device, 1, &acts_n)) ||
+    if ((rc = tensor_alloc(m->tc, &m->act_store, adt, m->device, 1, &acts_n)) ||
         (rc = tensor_alloc(m->tc, &m->ids_store, TENSOR_I32, m->device, 1, &ids_n))) {
       gpt_seterr(m, rc, "par_gpt: activations for B*T = %lld tokens: %s", (long long)R,
                  tensor_last_error(m->tc));
@@ -577,48 +616,54 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   if (R > m->g_cap) {
     tensor_free(m->tc, &m->g_store);
     m->g_cap = 0;
-    if ((rc = tensor_alloc(m->tc, &m->g_store, TENSOR_F32, m->device, 1, &grads_n))) {
+    if ((rc = tensor_alloc(m->tc, &m->g_store, adt, m->device, 1, &grads_n))) {
       gpt_seterr(m, rc, "par_gpt: gradient scratch for B*T = %lld tokens: %s", (long long)R, tensor_last_error(m->tc));
       goto fail;
     }
     m->g_cap = R;
     m->scratch_layer = -1; /* (the recompute set was there) */
   }
-  float *p = m->act_store.data;
+  char *p = m->act_store.data;
   int dev = m->device;
-#define T3(t, c) (t) = tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += R * (c)
-#define T2(t) (t) = tensor_view2(p, TENSOR_F32, dev, B, T), p += R
+  const tensor_dtype_t F = TENSOR_F32;
+  /* the next view starts at p + bytes (aligned with 16-bit activations) */
+#define ADV(bytes) (p += (bytes), p = a16 ? p + ((16 - (uintptr_t)p % 16) % 16) : p)
+#define T3(t, c) (t) = tensor_view3(p, adt, dev, B, T, (c)), ADV(R * (c) * es)
+#define F3(t, c) (t) = tensor_view3(p, F, dev, B, T, (c)), ADV(R * (c) * 4)
+#define T2(t) (t) = tensor_view2(p, F, dev, B, T), ADV(R * 4)
   /* this rank's tokens: all of them, or its chunk of R / t under sequence parallelism */
-#define L3(t, c) (t) = sp ? tensor_view3(p, TENSOR_F32, dev, 1, Rl, (c)) : tensor_view3(p, TENSOR_F32, dev, B, T, (c)), p += Rl * (c)
-#define L2(t) (t) = sp ? tensor_view2(p, TENSOR_F32, dev, 1, Rl) : tensor_view2(p, TENSOR_F32, dev, B, T), p += Rl
+#define L3(t, c) (t) = sp ? tensor_view3(p, adt, dev, 1, Rl, (c)) : tensor_view3(p, adt, dev, B, T, (c)), ADV(Rl * (c) * es)
+#define L2(t) (t) = sp ? tensor_view2(p, F, dev, 1, Rl) : tensor_view2(p, F, dev, B, T), ADV(Rl * 4)
   for (int l = 0; l <= L; l++)
-    if (part && l < L && m->held[l]) m->x[l] = tensor_view3(p, TENSOR_F32, dev, 1, R / t, C), p += R / t * C;
+    if (part && l < L && m->held[l]) m->x[l] = tensor_view3(p, adt, dev, 1, R / t, C), ADV(R / t * C * es);
     else if ((l < L && m->held[l]) || (l > 0 && m->held[l - 1])) L3(m->x[l], C);
 #define SET(a)                                                                                     \
   L3((a)->ln1, C), L2((a)->ln1_mean), L2((a)->ln1_rstd), T3((a)->qkv, C3), T3((a)->atty, Ca),           \
-      (a)->lse = tensor_view3(p, TENSOR_F32, dev, B, NH, T), p += R * NH, L3((a)->res2, C), L3((a)->ln2, C), \
+      (a)->lse = tensor_view3(p, F, dev, B, NH, T), ADV(R * NH * 4), L3((a)->res2, C), L3((a)->ln2, C), \
       L2((a)->ln2_mean), L2((a)->ln2_rstd), T3((a)->fch, C4), T3((a)->fch_gelu, C4)
   for (int l = 0; l < L && nsets; l++) /* by block */
     if (m->held[l]) SET(&m->acts[l]);
   if (head) T3(m->lnf_out, C), L2(m->lnf_mean), L2(m->lnf_rstd);
-  if (full) T3(m->logits, Vl);
-  else m->logits = tensor_view3(NULL, TENSOR_F32, dev, B, T, Vl); /* fused: none until a forward without targets */
+  if (full) F3(m->logits, Vl);
+  else m->logits = tensor_view3(NULL, F, dev, B, T, Vl); /* fused: none until a forward without targets */
   if (head) T2(m->losses), T2(m->lse);
   p = m->g_store.data; /* scratch that no microbatch keeps: one set, whatever the slots */
   L3(m->tmp, C);
   L3(m->dres, C), L3(m->dln, C), T3(m->dqkv, C3), T3(m->datty, Ca), T3(m->dfch, C4), T3(m->dfch_gelu, C4);
   if (sp) {
     T3(m->gath, C), T3(m->dfull, C);
-    m->spg = tensor_view1(p, TENSOR_F32, dev, 4 * C), p += 4 * C;
+    m->spg = tensor_view1(p, F, dev, 4 * C), ADV(4 * C * 4);
   }
-  if (full) T3(m->dlogits, Vl);
+  if (full) F3(m->dlogits, Vl);
   if (m->cfg.recompute && nheld) SET(&m->acts[0]);
 #undef SET
   if (part) T3(m->xa, C), T3(m->xb, C);
   int32_t *ids = m->ids_store.data;
   m->tokens = tensor_view2(ids, TENSOR_I32, dev, B, T);
   m->targets = tensor_view2(ids + m->cap_bt, TENSOR_I32, dev, B, T);
+#undef ADV
 #undef T3
+#undef F3
 #undef T2
 #undef L3
 #undef L2

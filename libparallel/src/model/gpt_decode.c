@@ -163,8 +163,9 @@ int par_gpt_kv_append(par_gpt_kv_t *kv, const int32_t *tokens, int n, float *log
   for (int i = 0; i < n; i++)
     if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
       return gpt_seterr(m, STRATA_EINVAL, "par_gpt_kv_append: token %d outside [0, %d)", tokens[i], m->cfg.vocab);
-  /* The forward keeps every block's qkv unless it recomputes them. */
-  if (kv->len == 0 && n > 1 && !m->cfg.recompute) return prefill(kv, tokens, n, logits);
+  /* The forward keeps every block's qkv unless it recomputes them (or
+   * keeps them in 16 bits: the cache is f32; decode then goes step by step). */
+  if (kv->len == 0 && n > 1 && !m->cfg.recompute && m->act_dtype == TENSOR_F32) return prefill(kv, tokens, n, logits);
   int rc = STRATA_OK;
   for (int i = 0; i < n && rc == STRATA_OK; i++) rc = step(kv, tokens[i], logits);
   return rc;

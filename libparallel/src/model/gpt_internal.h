@@ -97,6 +97,7 @@ struct par_gpt {
   int scratch_slot;     /* and of which slot (the set is shared by the slots) */
   tensor_t lnf_out, lnf_mean, lnf_rstd, logits, losses, lse;
   int fused_head;           /* the head through tensor_classifier_xent (opts.head_chunk) */
+  tensor_dtype_t act_dtype; /* of the activations and their gradients (opts.act_dtype) */
   int64_t head_chunk;       /* its rows per chunk (0: libtensor's default) */
   tensor_t logits_store;    /* fused head: the whole logits of forwards without targets (any slot) */
   tensor_t ids_store;       /* 2 * cap_bt i32 on the device: tokens, then targets */

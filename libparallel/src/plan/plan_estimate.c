@@ -334,7 +334,16 @@ static void stage_memory(const par_gpt_config_t *m, const par_layout_t *l, const
    * stage (they wait for its backward: one under 1F1B, all m under GPipe),
    * plus the fp32 working copy of the vocab-parallel cross-entropy (its
    * gradient), one at a time. */
-  if (last) act += tok * v / (oned ? tpd : pdiv) * (inflight * e + 4.0);
+  if (last && p->head_chunk_bytes > 0) {
+    /* A fused head (tensor_classifier_xent): one chunk of rows of f32
+     * logits, its 16-bit gradient and the weight rounded once when the
+     * activations are 16-bit; nothing waits for backward. */
+    double rows = fmax(1.0, floor(p->head_chunk_bytes / (4.0 * v)));
+    rows = fmin(rows, tok);
+    act += rows * v * 4.0 + (e < 4.0 ? rows * v * e + v * h * e : 0.0);
+  } else if (last) {
+    act += tok * v / (oned ? tpd : pdiv) * (inflight * e + 4.0);
+  }
   /* (and each one's final layernorm input and output, which its backward
    * and the head's weight gradient read; one of each is in the terms above) */
   if (last && l->pp > 1) act += 2.0 * (inflight - 1.0) * tok * h * e;

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include <strata/parallel.h>
+#include <strata/tensor.h>
 
 #include "num.h"
 
@@ -39,6 +40,7 @@ static const field_t param_fields[] = {
     PF(ew_passes_token), PF(ew_passes_token_replicated), PF(ew_passes_score),
     PF(act_token_elems), PF(act_token_elems_replicated), PF(act_score_elems),
     PF(bwd_scratch_token_elems), PF(bwd_scratch_token_elems_replicated), PF(mask_bytes), PF(act_elem_bytes),
+    PF(head_chunk_bytes),
     PF(bwd_factor), PF(dp_overlap), PF(zero3_overlap), PF(offload_overlap), PF(cpu_adam_bytes),
     PF(cpu_adam_flops), PF(gpu_optim_bytes), PF(dp_bucket_bytes), PF(zero3_prefetch_layers), PF(zero3_prefetch_elems),
     PF(zero3_max_live_elems), PF(zero3_reuse_elems), PF(zero3_persist_elems), PF(embed_output_kept),
@@ -78,7 +80,7 @@ static const range_t param_ranges[] = {
     NONNEG("ew_passes_token"), NONNEG("ew_passes_token_replicated"), NONNEG("ew_passes_score"),
     NONNEG("act_token_elems"), NONNEG("act_token_elems_replicated"), NONNEG("act_score_elems"),
     NONNEG("bwd_scratch_token_elems"), NONNEG("bwd_scratch_token_elems_replicated"), NONNEG("mask_bytes"),
-    NONNEG("act_elem_bytes"), POS("bwd_factor"), UNIT("dp_overlap"), UNIT("zero3_overlap"),
+    NONNEG("act_elem_bytes"), NONNEG("head_chunk_bytes"), POS("bwd_factor"), UNIT("dp_overlap"), UNIT("zero3_overlap"),
     UNIT("offload_overlap"), NONNEG("cpu_adam_bytes"), NONNEG("cpu_adam_flops"), NONNEG("gpu_optim_bytes"),
     NONNEG("dp_bucket_bytes"), NONNEG("zero3_prefetch_layers"), NONNEG("zero3_prefetch_elems"),
     NONNEG("zero3_max_live_elems"), NONNEG("zero3_reuse_elems"), NONNEG("zero3_persist_elems"),
@@ -248,4 +250,11 @@ void par_plan_params_engine(par_plan_params_t *p) {
   p->embed_output_kept = 1;     /* x[0] besides each block's output x[l+1] */
   p->zero3_prefetch_layers = 2; /* ZeRO-3: the embeddings all pass, the region in use and the next */
   p->zero3_persist_elems = 0;   /* every region is sharded */
+}
+
+void par_plan_params_engine_device(par_plan_params_t *p, int act_bytes) {
+  if (!p) return;
+  par_plan_params_engine(p);
+  p->act_elem_bytes = act_bytes == 2 ? 2 : 4;
+  p->head_chunk_bytes = (double)TENSOR_CLASSIFIER_CHUNK_BYTES; /* gpt.c fuses the head on a device */
 }

@@ -22,6 +22,18 @@
  * storage, copies, fills and casts, and on CUDA the inputs of matmul/linear
  * (f32 accumulation; the same request on the CPU is STRATA_EUNSUPPORTED:
  * cast first); i32 holds token ids and targets.
+ * 16-bit activations (CUDA only): the linear layers (and linear_act), bias
+ * and residual adds, layernorm (and residual_layernorm), GELU, attention,
+ * embedding and the fused classifier also take their activations and
+ * activation gradients (in, out, pre, din, dout, qkv, h, dh, ...) all bf16
+ * or all f16 in one call, while parameters (weights, biases, layernorm and
+ * embedding tables), their gradients and the row statistics (mean, rstd,
+ * lse, losses) stay f32. Every kernel loads the 16-bit values into f32,
+ * accumulates in f32 and rounds what it stores (round to nearest even); an
+ * f32 weight meets 16-bit activations rounded to their dtype in the GEMM
+ * (whose output may be 16-bit or f32). Attention sends bf16 q, k, v to
+ * cuDNN as they are; f16 (or no cuDNN) runs strata's f32 kernel on f32
+ * copies. On the CPU a 16-bit activation is STRATA_EUNSUPPORTED.
  *
  * Threads: the context owns the CPU cores. It runs OpenMP regions of
  * `threads` threads and, inside them, single-threaded OpenBLAS on per-thread
@@ -295,7 +307,8 @@ STRATA_API int tensor_linear_act_forward(tensor_ctx_t *ctx, tensor_t *out, tenso
  * CUDA runs the input-gradient GEMM with the GELU derivative in its epilogue
  * (CUBLASLT_EPILOGUE_DGELU) into dact and adds dact to din_pre. With
  * TENSOR_ACT_NONE it is tensor_linear_backward (din_pre the input's
- * gradient; dact and in_pre unused, may be NULL). f32 operands. */
+ * gradient; dact and in_pre unused, may be NULL). f32 operands, or 16-bit
+ * activations on CUDA (the separate kernels then). */
 STRATA_API int tensor_linear_act_backward(tensor_ctx_t *ctx, tensor_t *din_pre, tensor_t *dact, tensor_t *dweight,
                                           tensor_t *dbias, const tensor_t *dout, const tensor_t *in,
                                           const tensor_t *weight, const tensor_t *in_pre, tensor_act_t act);
@@ -496,7 +509,10 @@ STRATA_API int tensor_xent_slice_combine(tensor_ctx_t *ctx, tensor_t *lse, tenso
  * sum over the rows is reassociated (by chunk). CUDA: cuBLAS GEMMs, one
  * kernel per chunk for lse, loss and dlogits; on bf16_matmul contexts h and
  * weight are rounded to bf16 once per call and dlogits is written in bf16
- * (the GEMM's input precision), so each chunk costs no casts. f32 operands. */
+ * (the GEMM's input precision), so each chunk costs no casts. f32 operands;
+ * on CUDA h (and dh) may be bf16 or f16 activations, used as they are (W
+ * rounded to their dtype once, dlogits written in it, the logits and lse
+ * f32). */
 #define TENSOR_CLASSIFIER_CHUNK_BYTES ((int64_t)256 << 20)
 STRATA_API int tensor_classifier_xent(tensor_ctx_t *ctx, tensor_t *losses, tensor_t *lse, tensor_t *dh,
                                       tensor_t *dweight, const tensor_t *h, const tensor_t *weight,

@@ -193,10 +193,13 @@ static int attn_launch_check(tensor_ctx_t *ctx, const char *fn, const void *kern
   return STRATA_OK;
 }
 
-extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv,
+extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, void *outp, float *lse, const void *qkvp, int adt,
                                      int B, int T, int C, int NH) {
-  int rc = tcu_sdpa_forward(ctx, out, lse, qkv, B, T, C, NH);
+  int rc = tcu_sdpa_forward(ctx, outp, lse, qkvp, adt, B, T, C, NH);
   if (rc != TCU_SDPA_DECLINED) return rc;
+  if (adt != TENSOR_F32) return STRATA_EUNSUPPORTED; /* the caller runs this on f32 copies */
+  float *out = (float *)outp;
+  const float *qkv = (const float *)qkvp;
   tcu_state *s;
   rc = tcu_state_get(ctx, &s);
   if (rc) return rc;
@@ -211,11 +214,14 @@ extern "C" int tcu_attention_forward(tensor_ctx_t *ctx, float *out, float *lse, 
   return STRATA_OK;
 }
 
-extern "C" int tcu_attention_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout,
-                                      const float *qkv, const float *out, const float *lse, int B,
+extern "C" int tcu_attention_backward(tensor_ctx_t *ctx, void *dqkvp, const void *doutp,
+                                      const void *qkvp, const void *outp, int adt, const float *lse, int B,
                                       int T, int C, int NH) {
-  int rc = tcu_sdpa_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  int rc = tcu_sdpa_backward(ctx, dqkvp, doutp, qkvp, outp, adt, lse, B, T, C, NH);
   if (rc != TCU_SDPA_DECLINED) return rc;
+  if (adt != TENSOR_F32) return STRATA_EUNSUPPORTED; /* the caller runs this on f32 copies */
+  float *dqkv = (float *)dqkvp;
+  const float *dout = (const float *)doutp, *qkv = (const float *)qkvp, *out = (const float *)outp;
   tcu_state *s;
   rc = tcu_state_get(ctx, &s);
   if (rc) return rc;

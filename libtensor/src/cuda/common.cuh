@@ -60,9 +60,10 @@ int tcu_scratch(tensor_ctx_t *ctx, size_t bytes, void **p);
  * tcu_attention_forward/backward; TCU_SDPA_DECLINED when the context does not
  * use cuDNN or cuDNN has no plan for the shape (strata's kernel then runs). */
 #define TCU_SDPA_DECLINED 1
-int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                      const float *lse, int B, int T, int C, int NH);
+int tcu_sdpa_forward(tensor_ctx_t *ctx, void *out, float *lse, const void *qkv, int adt, int B, int T, int C,
+                     int NH);
+int tcu_sdpa_backward(tensor_ctx_t *ctx, void *dqkv, const void *dout, const void *qkv, const void *out,
+                      int adt, const float *lse, int B, int T, int C, int NH);
 /* Frees the cuDNN handle and plans of a state (tcu_ctx_destroy). */
 void tcu_sdpa_destroy(tcu_state *s);
 
@@ -88,6 +89,35 @@ __device__ __forceinline__ uint4 philox_dev(uint32_t k0, uint32_t k1, uint64_t i
   }
   return make_uint4(c0, c1, c2, c3);
 }
+
+/* Activations of any float dtype (f32, bf16, f16): loaded into f32, the
+ * arithmetic done in f32, stored rounded to nearest even. */
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* Runs the statements with `A` the storage type of activation dtype adt
+ * (a TENSOR_* value): the one switch from run-time dtype to a template. */
+#define ACT_DISPATCH(adt, ...)                                                                     \
+  do {                                                                                             \
+    switch (adt) {                                                                                 \
+    case TENSOR_BF16: {                                                                            \
+      typedef __nv_bfloat16 A;                                                                     \
+      __VA_ARGS__;                                                                                 \
+    } break;                                                                                       \
+    case TENSOR_F16: {                                                                             \
+      typedef __half A;                                                                            \
+      __VA_ARGS__;                                                                                 \
+    } break;                                                                                       \
+    default: {                                                                                     \
+      typedef float A;                                                                             \
+      __VA_ARGS__;                                                                                 \
+    } break;                                                                                       \
+    }                                                                                              \
+  } while (0)
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -465,11 +465,12 @@ static int plan_get(tensor_ctx_t *ctx, tcu_state *s, int backward, int B, int T,
   return STRATA_OK;
 }
 
-/* Whether this context's attention goes to cuDNN. */
-static int wanted(tensor_ctx_t *ctx) {
+/* Whether this context's attention goes to cuDNN: bf16 activations (adt)
+ * count as a bf16 context's; f16 ones never (the graph is bf16). */
+static int wanted(tensor_ctx_t *ctx, int adt) {
   int mode = tensor_ctx_attention(ctx);
-  if (mode == TENSOR_ATTENTION_OWN) return 0;
-  if (mode == TENSOR_ATTENTION_AUTO && !tensor_ctx_bf16_matmul(ctx)) return 0;
+  if (mode == TENSOR_ATTENTION_OWN || adt == TENSOR_F16) return 0;
+  if (mode == TENSOR_ATTENTION_AUTO && !tensor_ctx_bf16_matmul(ctx) && adt != TENSOR_BF16) return 0;
   pthread_once(&dnn_once, dnn_load);
   if (mode == TENSOR_ATTENTION_AUTO && dnn.env == TENSOR_ATTENTION_OWN) return 0;
   return dnn.version > 0;
@@ -500,50 +501,59 @@ static size_t align256(size_t n) {
   return (n + 255) / 256 * 256;
 }
 
-__global__ void k_acc_bf16(float *dst, const __nv_bfloat16 *src, int64_t n) {
+template <typename A>
+__global__ void k_acc_bf16(A *dst, const __nv_bfloat16 *src, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] += __bfloat162float(src[i]);
+    stf(dst + i, ldf(dst + i) + __bfloat162float(src[i]));
 }
 
-int tcu_sdpa_forward(tensor_ctx_t *ctx, float *out, float *lse, const float *qkv, int B, int T,
+/* f32 activations are rounded to bf16 in scratch (and the output cast
+ * back); bf16 ones go to cuDNN as they are. */
+int tcu_sdpa_forward(tensor_ctx_t *ctx, void *out, float *lse, const void *qkv, int adt, int B, int T,
                      int C, int NH) {
-  if (!wanted(ctx)) return TCU_SDPA_DECLINED;
+  if (!wanted(ctx, adt)) return TCU_SDPA_DECLINED;
   tcu_state *s;
   sdpa_plan *p;
   int rc = tcu_state_get(ctx, &s);
   if (!rc) rc = plan_get(ctx, s, 0, B, T, NH, C / NH, &p);
   if (rc) return rc;
   if (!p->ok) return TCU_SDPA_DECLINED;
+  int own = adt == TENSOR_BF16; /* the operands as they are */
   size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-  size_t oq = 0, oo = oq + align256(nqkv * 2), ow = oo + align256(no * 2);
+  size_t oq = 0, oo = oq + (own ? 0 : align256(nqkv * 2)), ow = oo + (own ? 0 : align256(no * 2));
   void *scr;
   rc = tcu_scratch(ctx, ow + (size_t)p->workspace, &scr);
   if (rc) return rc;
   char *base = (char *)scr;
   __nv_bfloat16 *q16 = (__nv_bfloat16 *)(base + oq), *o16 = (__nv_bfloat16 *)(base + oo);
-  rc = tcu_cast(ctx, q16, TENSOR_BF16, qkv, TENSOR_F32, (int64_t)nqkv);
-  if (rc) return rc;
+  if (own) {
+    q16 = (__nv_bfloat16 *)qkv, o16 = (__nv_bfloat16 *)out;
+  } else {
+    rc = tcu_cast(ctx, q16, TENSOR_BF16, qkv, TENSOR_F32, (int64_t)nqkv);
+    if (rc) return rc;
+  }
   int64_t uids[7] = {SDPA_UID_Q,     SDPA_UID_K,     SDPA_UID_V,  SDPA_UID_O,
                      SDPA_UID_STATS, SDPA_UID_SCALE, SDPA_UID_NEG};
   void *ptrs[7] = {q16, q16 + C, q16 + 2 * C, o16, lse, &p->scale, &p->lowest};
   rc = execute(ctx, s->sdpa, p, 7, uids, ptrs, p->workspace ? base + ow : NULL);
-  if (rc) return rc;
+  if (rc || own) return rc;
   return tcu_cast(ctx, out, TENSOR_F32, o16, TENSOR_BF16, (int64_t)no);
 }
 
-int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const float *qkv,
-                      const float *out, const float *lse, int B, int T, int C, int NH) {
-  if (!wanted(ctx)) return TCU_SDPA_DECLINED;
+int tcu_sdpa_backward(tensor_ctx_t *ctx, void *dqkv, const void *dout, const void *qkv, const void *out,
+                      int adt, const float *lse, int B, int T, int C, int NH) {
+  if (!wanted(ctx, adt)) return TCU_SDPA_DECLINED;
   tcu_state *s;
   sdpa_plan *p;
   int rc = tcu_state_get(ctx, &s);
   if (!rc) rc = plan_get(ctx, s, 1, B, T, NH, C / NH, &p);
   if (rc) return rc;
   if (!p->ok) return TCU_SDPA_DECLINED;
+  int own = adt == TENSOR_BF16;
   size_t nqkv = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-  size_t oq = 0, oo = oq + align256(nqkv * 2), odo = oo + align256(no * 2),
-         odq = odo + align256(no * 2);
+  size_t oq = 0, oo = oq + (own ? 0 : align256(nqkv * 2)), odo = oo + (own ? 0 : align256(no * 2)),
+         odq = odo + (own ? 0 : align256(no * 2));
   size_t oacc = odq + align256(nqkv * 2), osum = oacc + align256((size_t)p->dq_accum_bytes);
   size_t ow = osum + align256((size_t)p->dsum_bytes);
   void *scr;
@@ -552,10 +562,13 @@ int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const f
   char *base = (char *)scr;
   __nv_bfloat16 *q16 = (__nv_bfloat16 *)(base + oq), *o16 = (__nv_bfloat16 *)(base + oo);
   __nv_bfloat16 *do16 = (__nv_bfloat16 *)(base + odo), *dq16 = (__nv_bfloat16 *)(base + odq);
-  if ((rc = tcu_cast(ctx, q16, TENSOR_BF16, qkv, TENSOR_F32, (int64_t)nqkv)) ||
-      (rc = tcu_cast(ctx, o16, TENSOR_BF16, out, TENSOR_F32, (int64_t)no)) ||
-      (rc = tcu_cast(ctx, do16, TENSOR_BF16, dout, TENSOR_F32, (int64_t)no)))
+  if (own) {
+    q16 = (__nv_bfloat16 *)qkv, o16 = (__nv_bfloat16 *)out, do16 = (__nv_bfloat16 *)dout;
+  } else if ((rc = tcu_cast(ctx, q16, TENSOR_BF16, qkv, TENSOR_F32, (int64_t)nqkv)) ||
+             (rc = tcu_cast(ctx, o16, TENSOR_BF16, out, TENSOR_F32, (int64_t)no)) ||
+             (rc = tcu_cast(ctx, do16, TENSOR_BF16, dout, TENSOR_F32, (int64_t)no))) {
     return rc;
+  }
   /* cuDNN before 9.6 expects the dQ accumulator zeroed; later ones zero it themselves */
   CU(cudaMemsetAsync(base + oacc, 0, (size_t)p->dq_accum_bytes));
   int64_t uids[14] = {SDPA_UID_Q,   SDPA_UID_K,   SDPA_UID_V,        SDPA_UID_O,   SDPA_UID_STATS,
@@ -566,7 +579,10 @@ int tcu_sdpa_backward(tensor_ctx_t *ctx, float *dqkv, const float *dout, const f
                     &p->lowest, &p->one, base + oacc, base + osum};
   rc = execute(ctx, s->sdpa, p, 14, uids, ptrs, p->workspace ? base + ow : NULL);
   if (rc) return rc;
-  k_acc_bf16<<<blocks_for((int64_t)nqkv, 256), 256>>>(dqkv, dq16, (int64_t)nqkv);
+  if (own)
+    k_acc_bf16<__nv_bfloat16><<<blocks_for((int64_t)nqkv, 256), 256>>>((__nv_bfloat16 *)dqkv, dq16, (int64_t)nqkv);
+  else
+    k_acc_bf16<float><<<blocks_for((int64_t)nqkv, 256), 256>>>((float *)dqkv, dq16, (int64_t)nqkv);
   LAUNCHED();
   return STRATA_OK;
 }

@@ -6,90 +6,101 @@
   int rc = tcu_state_get(ctx, &s);                                                                 \
   if (rc) return rc
 
-/* ---- layernorm: one warp per row ---- */
+/* ---- layernorm: one warp per row; A the activations' storage type, the
+ * statistics and every sum in f32 ---- */
 
-__global__ void k_ln_fwd(float *out, float *mean, float *rstd, const float *in, const float *w,
+template <typename A>
+__global__ void k_ln_fwd(A *out, float *mean, float *rstd, const A *in, const float *w,
                          const float *b, int64_t rows, int C, float eps) {
   int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (r >= rows) return;
-  const float *x = in + r * C;
+  const A *x = in + r * C;
   float sum = 0.f;
-  for (int i = lane; i < C; i += 32) sum += x[i];
+  for (int i = lane; i < C; i += 32) sum += ldf(x + i);
   float m = warp_sum(sum) / C, v = 0.f;
-  for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
+  for (int i = lane; i < C; i += 32) v += (ldf(x + i) - m) * (ldf(x + i) - m);
   float q = rsqrtf(warp_sum(v) / C + eps);
-  for (int i = lane; i < C; i += 32) out[r * C + i] = (x[i] - m) * q * w[i] + (b ? b[i] : 0.f);
+  for (int i = lane; i < C; i += 32) stf(out + r * C + i, (ldf(x + i) - m) * q * w[i] + (b ? b[i] : 0.f));
   if (lane == 0) {
     mean[r] = m;
     rstd[r] = q;
   }
 }
 
-__global__ void k_ln_dx(float *din, const float *dout, const float *in, const float *w,
+template <typename A>
+__global__ void k_ln_dx(A *din, const A *dout, const A *in, const float *w,
                         const float *mean, const float *rstd, int64_t rows, int C) {
   int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (r >= rows) return;
-  const float *x = in + r * C, *g = dout + r * C;
+  const A *x = in + r * C, *g = dout + r * C;
   float m = mean[r], q = rstd[r], a = 0.f, bs = 0.f;
   for (int i = lane; i < C; i += 32) {
-    float dn = g[i] * w[i];
+    float dn = ldf(g + i) * w[i];
     a += dn;
-    bs += dn * (x[i] - m) * q;
+    bs += dn * (ldf(x + i) - m) * q;
   }
   a = warp_sum(a) / C;
   bs = warp_sum(bs) / C;
-  for (int i = lane; i < C; i += 32) din[r * C + i] += q * (g[i] * w[i] - a - (x[i] - m) * q * bs);
+  for (int i = lane; i < C; i += 32) {
+    A *d = din + r * C + i;
+    stf(d, ldf(d) + q * (ldf(g + i) * w[i] - a - (ldf(x + i) - m) * q * bs));
+  }
 }
 
-__global__ void k_ln_wgrad(float *dw, float *db, const float *dout, const float *in,
+template <typename A>
+__global__ void k_ln_wgrad(float *dw, float *db, const A *dout, const A *in,
                            const float *mean, const float *rstd, int64_t rows, int C, int64_t chunk) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   int64_t r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
   float aw = 0.f, ab = 0.f;
   for (int64_t r = r0; r < r1; r++) {
-    float g = dout[r * C + c];
-    aw += g * (in[r * C + c] - mean[r]) * rstd[r];
+    float g = ldf(dout + r * C + c);
+    aw += g * (ldf(in + r * C + c) - mean[r]) * rstd[r];
     ab += g;
   }
   if (dw) atomicAdd(dw + c, aw);
   if (db) atomicAdd(db + c, ab);
 }
 
-extern "C" int tcu_layernorm_forward(tensor_ctx_t *ctx, float *out, float *mean, float *rstd,
-                                     const float *in, const float *w, const float *b, int64_t rows,
+extern "C" int tcu_layernorm_forward(tensor_ctx_t *ctx, void *out, float *mean, float *rstd,
+                                     const void *in, int adt, const float *w, const float *b, int64_t rows,
                                      int C, float eps) {
   STATE();
-  k_ln_fwd<<<(unsigned)((rows + 7) / 8), 256>>>(out, mean, rstd, in, w, b, rows, C, eps);
+  ACT_DISPATCH(adt, k_ln_fwd<A><<<(unsigned)((rows + 7) / 8), 256>>>((A *)out, mean, rstd, (const A *)in, w, b,
+                                                                       rows, C, eps));
   LAUNCHED();
   return STRATA_OK;
 }
 
-extern "C" int tcu_layernorm_backward(tensor_ctx_t *ctx, float *din, float *dw, float *db,
-                                      const float *dout, const float *in, const float *w,
+extern "C" int tcu_layernorm_backward(tensor_ctx_t *ctx, void *din, float *dw, float *db,
+                                      const void *dout, const void *in, int adt, const float *w,
                                       const float *mean, const float *rstd, int64_t rows, int C) {
   STATE();
   if (din) {
-    k_ln_dx<<<(unsigned)((rows + 7) / 8), 256>>>(din, dout, in, w, mean, rstd, rows, C);
+    ACT_DISPATCH(adt, k_ln_dx<A><<<(unsigned)((rows + 7) / 8), 256>>>((A *)din, (const A *)dout, (const A *)in,
+                                                                        w, mean, rstd, rows, C));
     LAUNCHED();
   }
   if (dw || db) {
     int64_t chunk = 64, gy = (rows + chunk - 1) / chunk;
     if (gy > 65535) chunk = (rows + 65534) / 65535, gy = (rows + chunk - 1) / chunk;
     dim3 grid((C + 127) / 128, (unsigned)gy);
-    k_ln_wgrad<<<grid, 128>>>(dw, db, dout, in, mean, rstd, rows, C, chunk);
+    ACT_DISPATCH(adt, k_ln_wgrad<A><<<grid, 128>>>(dw, db, (const A *)dout, (const A *)in, mean, rstd, rows, C,
+                                                   chunk));
     LAUNCHED();
   }
   return STRATA_OK;
 }
 
-/* ---- embedding ---- */
+/* ---- embedding (f32 tables, activations of type A) ---- */
 
 /* slice: wte holds rows [lo, lo + V) of a split vocabulary; another
  * rank's id gives the position only. */
-__global__ void k_emb_fwd(float *out, int *flag, const int32_t *ids, const float *wte,
+template <typename A>
+__global__ void k_emb_fwd(A *out, int *flag, const int32_t *ids, const float *wte,
                           const float *wpe, int B, int T, int C, int V, int64_t lo, int slice) {
   int64_t n = (int64_t)B * T * C;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -99,39 +110,43 @@ __global__ void k_emb_fwd(float *out, int *flag, const int32_t *ids, const float
     float pos = wpe ? wpe[(int64_t)t * C + c] : 0.f;
     if (id < 0 || local < 0 || local >= V) {
       if (id < 0 || !slice) *flag = 1;
-      out[i] = slice ? pos : 0.f;
+      stf(out + i, slice ? pos : 0.f);
       continue;
     }
-    out[i] = wte[local * C + c] + pos;
+    stf(out + i, wte[local * C + c] + pos);
   }
 }
 
-__global__ void k_emb_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *ids, int B,
+template <typename A>
+__global__ void k_emb_bwd(float *dwte, float *dwpe, const A *dout, const int32_t *ids, int B,
                           int T, int C, int V, int64_t lo) {
   int64_t n = (int64_t)B * T * C;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     int64_t bt = i / C;
     int c = (int)(i % C), t = (int)(bt % T), id = ids[bt];
     int64_t local = (int64_t)id - lo;
-    if (dwte && id >= 0 && local >= 0 && local < V) atomicAdd(dwte + local * C + c, dout[i]);
-    if (dwpe) atomicAdd(dwpe + (int64_t)t * C + c, dout[i]);
+    float g = ldf(dout + i);
+    if (dwte && id >= 0 && local >= 0 && local < V) atomicAdd(dwte + local * C + c, g);
+    if (dwpe) atomicAdd(dwpe + (int64_t)t * C + c, g);
   }
 }
 
-extern "C" int tcu_embedding_forward(tensor_ctx_t *ctx, float *out, const int32_t *ids,
+extern "C" int tcu_embedding_forward(tensor_ctx_t *ctx, void *out, int adt, const int32_t *ids,
                                      const float *wte, const float *wpe, int B, int T, int C, int V,
                                      int64_t lo, int slice) {
   STATE();
-  k_emb_fwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(out, s->flag, ids, wte, wpe, B, T, C, V, lo, slice);
+  ACT_DISPATCH(adt, k_emb_fwd<A><<<blocks_for((int64_t)B * T * C, 256), 256>>>((A *)out, s->flag, ids, wte, wpe,
+                                                                                B, T, C, V, lo, slice));
   LAUNCHED();
   FLAG_CHECK("tensor_embedding_forward: an id is outside [0, %d)", V);
   return STRATA_OK;
 }
 
-extern "C" int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const float *dout,
+extern "C" int tcu_embedding_backward(tensor_ctx_t *ctx, float *dwte, float *dwpe, const void *dout, int adt,
                                       const int32_t *ids, int B, int T, int C, int V, int64_t lo) {
   STATE();
-  k_emb_bwd<<<blocks_for((int64_t)B * T * C, 256), 256>>>(dwte, dwpe, dout, ids, B, T, C, V, lo);
+  ACT_DISPATCH(adt, k_emb_bwd<A><<<blocks_for((int64_t)B * T * C, 256), 256>>>(dwte, dwpe, (const A *)dout, ids,
+                                                                                B, T, C, V, lo));
   LAUNCHED();
   return STRATA_OK;
 }
@@ -233,8 +248,6 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
   m = mx;
 }
 
-__device__ __forceinline__ void store_dz(float *p, float v) { *p = v; }
-__device__ __forceinline__ void store_dz(__nv_bfloat16 *p, float v) { *p = __float2bfloat16(v); }
 
 /* One pass over the row for its log-sum-exp (online), a second writing
  * dz = dloss (exp(z - lse) - [i == target]); each thread writes only the
@@ -282,17 +295,15 @@ __global__ void k_classifier(float *losses, float *lse, int *flag, DT *dz, const
   int live = t >= 0 && t < V;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
     float g = live ? dloss * expf(z[i] - l) - (i == t ? dloss : 0.f) : 0.f;
-    store_dz(d + i, g);
+    stf(d + i, g);
   }
 }
 
 extern "C" int tcu_classifier_rows(tensor_ctx_t *ctx, float *losses, float *lse, void *dz, int dz_dt,
                                    const float *z, const int32_t *targets, int64_t n, int V, float dloss) {
   STATE();
-  if (dz && dz_dt == TENSOR_BF16)
-    k_classifier<__nv_bfloat16><<<(unsigned)n, 512>>>(losses, lse, s->flag, (__nv_bfloat16 *)dz, z, targets, V, dloss);
-  else
-    k_classifier<float><<<(unsigned)n, 512>>>(losses, lse, s->flag, (float *)dz, z, targets, V, dloss);
+  ACT_DISPATCH(dz ? dz_dt : TENSOR_F32,
+               k_classifier<A><<<(unsigned)n, 512>>>(losses, lse, s->flag, (A *)dz, z, targets, V, dloss));
   LAUNCHED();
   return STRATA_OK;
 }
@@ -306,35 +317,38 @@ extern "C" int tcu_classifier_check(tensor_ctx_t *ctx, int V) {
 /* ---- residual add + layernorm: one warp per row, the sums in k_ln_fwd's
  * order, so the results are the separate kernels' bit for bit ---- */
 
-__global__ void k_ln_res_fwd(float *resid, float *out, float *mean, float *rstd, const float *a,
-                             const float *b, const float *w, const float *bias, int64_t rows, int C,
+template <typename A>
+__global__ void k_ln_res_fwd(A *resid, A *out, float *mean, float *rstd, const A *a,
+                             const A *b, const float *w, const float *bias, int64_t rows, int C,
                              float eps) {
   int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (r >= rows) return;
-  const float *ar = a + r * C, *br = b + r * C;
-  float *x = resid + r * C;
+  const A *ar = a + r * C, *br = b + r * C;
+  A *x = resid + r * C;
   float sum = 0.f;
   for (int i = lane; i < C; i += 32) {
-    float v = ar[i] + br[i];
-    x[i] = v; /* (read back by this lane only: resid may alias a or b) */
-    sum += v;
+    stf(x + i, ldf(ar + i) + ldf(br + i));
+    sum += ldf(x + i); /* the stored (rounded) sum, which backward reads; by this lane only:
+                          resid may alias a or b */
   }
   float m = warp_sum(sum) / C, v = 0.f;
-  for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
+  for (int i = lane; i < C; i += 32) v += (ldf(x + i) - m) * (ldf(x + i) - m);
   float q = rsqrtf(warp_sum(v) / C + eps);
-  for (int i = lane; i < C; i += 32) out[r * C + i] = (x[i] - m) * q * w[i] + (bias ? bias[i] : 0.f);
+  for (int i = lane; i < C; i += 32) stf(out + r * C + i, (ldf(x + i) - m) * q * w[i] + (bias ? bias[i] : 0.f));
   if (lane == 0) {
     mean[r] = m;
     rstd[r] = q;
   }
 }
 
-extern "C" int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, float *resid, float *out, float *mean,
-                                              float *rstd, const float *a, const float *b, const float *w,
+extern "C" int tcu_residual_layernorm_forward(tensor_ctx_t *ctx, void *resid, void *out, float *mean,
+                                              float *rstd, const void *a, const void *b, int adt, const float *w,
                                               const float *bias, int64_t rows, int C, float eps) {
   STATE();
-  k_ln_res_fwd<<<(unsigned)((rows + 7) / 8), 256>>>(resid, out, mean, rstd, a, b, w, bias, rows, C, eps);
+  ACT_DISPATCH(adt, k_ln_res_fwd<A><<<(unsigned)((rows + 7) / 8), 256>>>((A *)resid, (A *)out, mean, rstd,
+                                                                           (const A *)a, (const A *)b, w, bias,
+                                                                           rows, C, eps));
   LAUNCHED();
   return STRATA_OK;
 }

@@ -181,81 +181,97 @@ extern "C" int tcu_cast(tensor_ctx_t *ctx, void *dst, int ddt, const void *src, 
   return STRATA_OK;
 }
 
+static cudaDataType_t cuda_type(int dt) {
+  return dt == TENSOR_BF16 ? CUDA_R_16BF : dt == TENSOR_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
- * operands and keep the transpose flags. f32 operands are rounded to bf16 in
- * scratch when the context asks for bf16 matmuls. */
+ * operands and keep the transpose flags. f32 operands are rounded in
+ * scratch to the other operand's 16-bit dtype (16-bit activations times
+ * f32 weights), or to bf16 when the context asks for bf16 matmuls. */
 extern "C" int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, float alpha,
                         const void *A, int adt, int lda, int64_t sa, const void *B, int bdt, int ldb,
-                        int64_t sb, float beta, float *C, int ldc, int64_t sc, int batch) {
+                        int64_t sb, float beta, void *C, int cdt, int ldc, int64_t sc, int batch) {
   tcu_state *s;
   int rc = tcu_state_get(ctx, &s);
   if (rc) return rc;
-  if (tensor_ctx_bf16_matmul(ctx) && adt == TENSOR_F32 && bdt == TENSOR_F32) {
-    int64_t na = (sa ? sa * (batch - 1) : 0) + (int64_t)(ta ? K : M) * lda;
-    int64_t nb = (sb ? sb * (batch - 1) : 0) + (int64_t)(tb ? N : K) * ldb;
+  int lp = adt != TENSOR_F32 ? adt : bdt != TENSOR_F32 ? bdt : tensor_ctx_bf16_matmul(ctx) ? TENSOR_BF16 : TENSOR_F32;
+  if (lp != TENSOR_F32 && (adt == TENSOR_F32 || bdt == TENSOR_F32)) {
+    int64_t na = adt == TENSOR_F32 ? (sa ? sa * (batch - 1) : 0) + (int64_t)(ta ? K : M) * lda : 0;
+    int64_t nb = bdt == TENSOR_F32 ? (sb ? sb * (batch - 1) : 0) + (int64_t)(tb ? N : K) * ldb : 0;
     int64_t na_pad = (na + 127) / 128 * 128; /* B's copy starts 256-byte aligned, as cudaMalloc's */
     void *scr;
     rc = tcu_scratch(ctx, (size_t)(na_pad + nb) * 2, &scr);
     if (rc) return rc;
-    __nv_bfloat16 *a16 = (__nv_bfloat16 *)scr, *b16 = a16 + na_pad;
-    k_cast<<<blocks_for(na, 256), 256>>>(a16, TENSOR_BF16, A, TENSOR_F32, na);
-    k_cast<<<blocks_for(nb, 256), 256>>>(b16, TENSOR_BF16, B, TENSOR_F32, nb);
+    char *a16 = (char *)scr, *b16 = a16 + na_pad * 2;
+    if (na) {
+      k_cast<<<blocks_for(na, 256), 256>>>(a16, lp, A, TENSOR_F32, na);
+      A = a16, adt = lp;
+    }
+    if (nb) {
+      k_cast<<<blocks_for(nb, 256), 256>>>(b16, lp, B, TENSOR_F32, nb);
+      B = b16, bdt = lp;
+    }
     LAUNCHED();
-    A = a16, B = b16, adt = bdt = TENSOR_BF16;
   }
-  cudaDataType_t at = adt == TENSOR_BF16 ? CUDA_R_16BF : adt == TENSOR_F16 ? CUDA_R_16F : CUDA_R_32F;
-  cudaDataType_t bt = bdt == TENSOR_BF16 ? CUDA_R_16BF : bdt == TENSOR_F16 ? CUDA_R_16F : CUDA_R_32F;
+  cudaDataType_t at = cuda_type(adt), bt = cuda_type(bdt), ctp = cuda_type(cdt);
   cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* f32 accumulation whatever the inputs */
   cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (batch <= 1) {
     CUBLAS(cublasGemmEx(s->blas, opb, opa, N, M, K, &alpha, B, bt, ldb, A, at, lda, &beta, C,
-                        CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+                        ctp, ldc, ct, CUBLAS_GEMM_DEFAULT));
   } else {
     CUBLAS(cublasGemmStridedBatchedEx(s->blas, opb, opa, N, M, K, &alpha, B, bt, ldb, sb, A, at, lda,
-                                      sa, &beta, C, CUDA_R_32F, ldc, sc, batch, ct,
+                                      sa, &beta, C, ctp, ldc, sc, batch, ct,
                                       CUBLAS_GEMM_DEFAULT));
   }
   return STRATA_OK;
 }
 
-/* ---- element-wise ---- */
+/* ---- element-wise (A: the activations' storage type, f32 arithmetic) ---- */
 
-__global__ void k_bias_fwd(float *out, const float *in, const float *bias, int64_t n, int N) {
+template <typename A>
+__global__ void k_bias_fwd(A *out, const A *in, const float *bias, int64_t n, int N) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = in[i] + bias[i % N];
+    stf(out + i, ldf(in + i) + bias[i % N]);
 }
 /* Column sums: blockIdx.y takes a chunk of rows, threads consecutive columns
  * (coalesced), one atomic per column and chunk. */
-__global__ void k_colsum(float *dst, const float *src, int64_t rows, int N, int64_t chunk) {
+template <typename A>
+__global__ void k_colsum(float *dst, const A *src, int64_t rows, int N, int64_t chunk) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= N) return;
   int64_t r0 = blockIdx.y * chunk, r1 = min(rows, r0 + chunk);
   float acc = 0.f;
-  for (int64_t r = r0; r < r1; r++) acc += src[r * N + c];
+  for (int64_t r = r0; r < r1; r++) acc += ldf(src + r * N + c);
   atomicAdd(dst + c, acc);
 }
-__global__ void k_add(float *out, const float *a, const float *b, int64_t n) {
+template <typename A>
+__global__ void k_add(A *out, const A *a, const A *b, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    out[i] = a[i] + b[i];
+    stf(out + i, ldf(a + i) + ldf(b + i));
 }
-__global__ void k_acc(float *dst, const float *src, int64_t n) {
+template <typename A>
+__global__ void k_acc(A *dst, const A *src, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    dst[i] += src[i];
+    stf(dst + i, ldf(dst + i) + ldf(src + i));
 }
 
 #define GELU_S 0.7978845608028654f
 #define GELU_C 0.044715f
-__global__ void k_gelu_fwd(float *out, const float *in, int64_t n) {
+template <typename A>
+__global__ void k_gelu_fwd(A *out, const A *in, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float x = in[i];
-    out[i] = 0.5f * x * (1.f + tanhf(GELU_S * (x + GELU_C * x * x * x)));
+    float x = ldf(in + i);
+    stf(out + i, 0.5f * x * (1.f + tanhf(GELU_S * (x + GELU_C * x * x * x))));
   }
 }
-__global__ void k_gelu_bwd(float *din, const float *dout, const float *in, int64_t n) {
+template <typename A>
+__global__ void k_gelu_bwd(A *din, const A *dout, const A *in, int64_t n) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float x = in[i], t = tanhf(GELU_S * (x + GELU_C * x * x * x));
+    float x = ldf(in + i), t = tanhf(GELU_S * (x + GELU_C * x * x * x));
     float g = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * GELU_S * (1.f + 3.f * GELU_C * x * x);
-    din[i] += g * dout[i];
+    stf(din + i, ldf(din + i) + g * ldf(dout + i));
   }
 }
 
@@ -275,49 +291,50 @@ __global__ void k_dropout(float *out, const float *in, int64_t n, float p, uint3
   int rc = tcu_state_get(ctx, &s);                                                                 \
   if (rc) return rc
 
-extern "C" int tcu_bias_forward(tensor_ctx_t *ctx, float *out, const float *in, const float *bias,
+extern "C" int tcu_bias_forward(tensor_ctx_t *ctx, void *out, const void *in, int adt, const float *bias,
                                 int64_t rows, int N) {
   STATE();
-  k_bias_fwd<<<blocks_for(rows * N, 256), 256>>>(out, in, bias, rows * N, N);
+  ACT_DISPATCH(adt, k_bias_fwd<A><<<blocks_for(rows * N, 256), 256>>>((A *)out, (const A *)in, bias, rows * N, N));
   LAUNCHED();
   return STRATA_OK;
 }
 
-extern "C" int tcu_bias_backward(tensor_ctx_t *ctx, float *dbias, const float *dout, int64_t rows, int N) {
+extern "C" int tcu_bias_backward(tensor_ctx_t *ctx, float *dbias, const void *dout, int adt, int64_t rows, int N) {
   STATE();
   int64_t chunk = 64;
   int64_t gy = (rows + chunk - 1) / chunk;
   if (gy > 65535) chunk = (rows + 65534) / 65535, gy = (rows + chunk - 1) / chunk;
   dim3 grid((N + 127) / 128, (unsigned)gy);
-  k_colsum<<<grid, 128>>>(dbias, dout, rows, N, chunk);
+  ACT_DISPATCH(adt, k_colsum<A><<<grid, 128>>>(dbias, (const A *)dout, rows, N, chunk));
   LAUNCHED();
   return STRATA_OK;
 }
 
-extern "C" int tcu_add(tensor_ctx_t *ctx, float *out, const float *a, const float *b, int64_t n) {
+extern "C" int tcu_add(tensor_ctx_t *ctx, void *out, const void *a, const void *b, int adt, int64_t n) {
   STATE();
-  k_add<<<blocks_for(n, 256), 256>>>(out, a, b, n);
+  ACT_DISPATCH(adt, k_add<A><<<blocks_for(n, 256), 256>>>((A *)out, (const A *)a, (const A *)b, n));
   LAUNCHED();
   return STRATA_OK;
 }
 
-extern "C" int tcu_acc(tensor_ctx_t *ctx, float *dst, const float *src, int64_t n) {
+extern "C" int tcu_acc(tensor_ctx_t *ctx, void *dst, const void *src, int adt, int64_t n) {
   STATE();
-  k_acc<<<blocks_for(n, 256), 256>>>(dst, src, n);
+  ACT_DISPATCH(adt, k_acc<A><<<blocks_for(n, 256), 256>>>((A *)dst, (const A *)src, n));
   LAUNCHED();
   return STRATA_OK;
 }
 
-extern "C" int tcu_gelu_forward(tensor_ctx_t *ctx, float *out, const float *in, int64_t n) {
+extern "C" int tcu_gelu_forward(tensor_ctx_t *ctx, void *out, const void *in, int adt, int64_t n) {
   STATE();
-  k_gelu_fwd<<<blocks_for(n, 256), 256>>>(out, in, n);
+  ACT_DISPATCH(adt, k_gelu_fwd<A><<<blocks_for(n, 256), 256>>>((A *)out, (const A *)in, n));
   LAUNCHED();
   return STRATA_OK;
 }
 
-extern "C" int tcu_gelu_backward(tensor_ctx_t *ctx, float *din, const float *dout, const float *in, int64_t n) {
+extern "C" int tcu_gelu_backward(tensor_ctx_t *ctx, void *din, const void *dout, const void *in, int adt,
+                                 int64_t n) {
   STATE();
-  k_gelu_bwd<<<blocks_for(n, 256), 256>>>(din, dout, in, n);
+  ACT_DISPATCH(adt, k_gelu_bwd<A><<<blocks_for(n, 256), 256>>>((A *)din, (const A *)dout, (const A *)in, n));
   LAUNCHED();
   return STRATA_OK;
 }
