@@ -374,13 +374,20 @@ function M.plan_experiment(cfg)
                     global_batch = t.global_batch, precision = p.precision, seq_parallel = p.seq_parallel,
                     partition_activations = p.partition_activations, offload_optimizer = tier}
   if p.pp > 1 then parallel.schedule, parallel.interleave = p.schedule, p.interleave end
+  -- 16-bit activations (parallel.activations, on a GPU): 2 bytes an element
+  -- whatever the precision (the planner's default follows the precision)
+  local params = p.activations ~= "f32" and {act_elem_bytes = 2} or nil
   local ok, plan = pcall(M.plan, {
     model = {layers = m.layers, hidden = m.hidden, heads = m.heads, seq = t.seq or m.seq, vocab = vocab,
              recompute = m.recompute},
-    parallel = parallel, cluster = cluster})
+    parallel = parallel, cluster = cluster, params = params})
   if not ok then -- a layout the planner refuses: at the recipe's parallel section (its precision for a missing peak)
     local msg = type(plan) == "table" and tostring(plan.message) or ""
     relocate(msg:find(" peak") and "parallel.precision" or "parallel", false, plan)
+  end
+  if params then
+    print(string.format('note: parallel.activations = "%s": activations planned in 16 bits (2 bytes an element)',
+                        p.activations))
   end
   if cfg.offload.policy == "chunks" then
     print('note: offload.policy = "chunks" (PatrickStar\'s) is not in the planner\'s model: planned without offload')

@@ -57,6 +57,16 @@ grep -q "layout   dp 8 x tp 2 (1d) x pp 1 x sp 1, ZeRO 0, microbatch 4, global b
 out=$("$s" plan "$work/cl2.lua" parallel.precision=bf16 plan.cluster=dgx-h100 2>&1) || no "exited $?: $out"
 grep -q "^precision bf16 mixed: " <<<"$out" && grep -q "^cluster  dgx-h100: 1 node x 8 GPUs" <<<"$out" &&
   ! grep -q "^note:" <<<"$out" || no "plan with parallel.precision=bf16 plan.cluster=dgx-h100: $out"
+# parallel.activations = "bf16" (a GPU run's 16-bit activations) plans 2 bytes an element: the
+# activation memory of the fp32 plan shrinks (the log-sum-exp and masks stay), with a note
+act_gb() { sed -n 's/^  activations  *\([0-9.]*\).*/\1/p' <<<"$1"; }
+out=$("$s" plan "$work/cl2.lua" parallel.tp=1 parallel.device=cuda 2>&1) || no "exited $?: $out"
+a32=$(act_gb "$out")
+out=$("$s" plan "$work/cl2.lua" parallel.tp=1 parallel.device=cuda parallel.activations=bf16 2>&1) || no "exited $?: $out"
+a16=$(act_gb "$out")
+grep -q '^note: parallel.activations = "bf16": activations planned in 16 bits' <<<"$out" &&
+  awk -v a="$a32" -v b="$a16" 'BEGIN { exit !(a > 0 && b >= 0.5 * a && b < 0.6 * a) }' ||
+  no "plan with bf16 activations: fp32 $a32 GB, bf16 $a16 GB: $out"
 # One default precision: strata.plan and strata.plan_search without one plan the cluster's mixed
 # precision (bf16 on A100, fp16 on V100, which lacks bf16); the search's options fix or list
 # precision, schedule and interleave; its rejections come grouped by cause, every cause printed.

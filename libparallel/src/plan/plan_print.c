@@ -37,7 +37,7 @@ int par_plan_print(FILE *f, const par_gpt_config_t *m, const par_layout_t *l,
   fprintf(f, "layout   ");
   print_layout(f, l);
   if (l->precision == PAR_PREC_FP32)
-    fprintf(f, "\nprecision fp32: parameters, gradients, Adam moments and activations in fp32");
+    fprintf(f, "\nprecision fp32: parameters, gradients and Adam moments in fp32");
   else if ((int)l->precision > 0 && (int)l->precision < 3)
     fprintf(f, "\nprecision %s mixed: %s parameters and gradients, fp32 master weights and Adam moments",
             prec_name[l->precision], prec_name[l->precision]);
