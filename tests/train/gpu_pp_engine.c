@@ -93,16 +93,8 @@ static void versus_cpu(const case_t *k, int device) {
   char what[160];
   name(k, what, sizeof what);
   par_engine_t *c = engine(PAR_DEVICE_CPU, k), *g = engine(device, k);
-  size_t n = local_count(par_engine_model(c));
-  par_data_t *dc = markov_data(mc.seq), *dd = markov_data(mc.seq);
-  float *p0 = malloc(n * 4), *pc = malloc(n * 4), *pg = malloc(n * 4);
-  par_engine_get_params(c, p0);
-  double dl = 0, dg = 0, sums[2] = {0, 0};
-  side_by_side(c, dc, g, dd, STEPS, what, &dl, &dg);
-  par_engine_get_params(c, pc), par_engine_get_params(g, pg);
-  move_sums(pc, pg, p0, n, sums);
-  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  double dm = sqrt(sums[0] / sums[1]);
+  par_data_t *dc, *dd;
+  double dl, dg, dm = cpu_device_pair(c, g, mc.seq, STEPS, what, &dl, &dg, &dc, &dd);
   double vc = NAN, vg = NAN; /* validation: the pipeline's and the ring's forward-only paths */
   CHECK(par_engine_evaluate(c, dc, 2, &vc) == 0 && par_engine_evaluate(g, dd, 2, &vg) == 0, "%s: evaluate: %s / %s",
         what, par_engine_error(c), par_engine_error(g));
@@ -115,7 +107,6 @@ static void versus_cpu(const case_t *k, int device) {
         what, dl, dg, dm, vg, vc);
   if (rank == 0)
     printf("gpu_pp_engine: %s: losses %.2e, norms %.2e, parameters %.2e of the move\n", what, dl, dg, dm);
-  free(p0), free(pc), free(pg);
   par_data_destroy(dc), par_data_destroy(dd);
   par_engine_destroy(c), par_engine_destroy(g);
 }

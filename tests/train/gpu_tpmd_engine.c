@@ -203,16 +203,8 @@ static void versus_cpu(const case_t *k, int device) {
   char what[160];
   name(k, what, sizeof what);
   par_engine_t *c = engine(PAR_DEVICE_CPU, k), *g = engine(device, k);
-  size_t n = local_count(par_engine_model(c));
-  par_data_t *dc = markov_data(mc.seq), *dd = markov_data(mc.seq);
-  float *p0 = malloc(n * 4), *pc = malloc(n * 4), *pg = malloc(n * 4);
-  par_engine_get_params(c, p0);
-  double dl = 0, dg = 0, sums[2] = {0, 0};
-  side_by_side(c, dc, g, dd, STEPS, what, &dl, &dg);
-  par_engine_get_params(c, pc), par_engine_get_params(g, pg);
-  move_sums(pc, pg, p0, n, sums);
-  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  double dm = sqrt(sums[0] / sums[1]);
+  par_data_t *dc, *dd;
+  double dl, dg, dm = cpu_device_pair(c, g, mc.seq, STEPS, what, &dl, &dg, &dc, &dd);
   par_engine_info_t in;
   par_engine_info(g, &in);
   CHECK(in.device == device && in.tp == k->tp, "%s: the engine reports device %d tp %d", what, in.device, in.tp);
@@ -227,7 +219,6 @@ static void versus_cpu(const case_t *k, int device) {
   if (rank == 0)
     printf("gpu_tpmd_engine: %s: losses %.2e, norms %.2e, parameters %.2e of the move; %llu tensor bytes alike\n",
            what, dl, dg, dm, (unsigned long long)sc);
-  free(p0), free(pc), free(pg);
   par_data_destroy(dc), par_data_destroy(dd);
   par_engine_destroy(c), par_engine_destroy(g);
 }

@@ -93,6 +93,27 @@ static inline int side_by_side(par_engine_t *s, par_data_t *ds, par_engine_t *e,
   return 0;
 }
 
+/* A CPU engine c and a device engine g of one layout trained side by side
+ * for n steps, each on its own Markov data of sequence seq (kept in *dc and
+ * *dd for the caller, who destroys them): *dl and *dg as side_by_side's,
+ * and the return the parameters' distance (every rank's part) as a share of
+ * how far the CPU run moved them. */
+static inline double cpu_device_pair(par_engine_t *c, par_engine_t *g, int seq, int n, const char *what, double *dl,
+                                     double *dg, par_data_t **dc, par_data_t **dd) {
+  size_t count = local_count(par_engine_model(c));
+  *dc = markov_data(seq), *dd = markov_data(seq);
+  float *p0 = malloc(count * 4), *pc = malloc(count * 4), *pg = malloc(count * 4);
+  par_engine_get_params(c, p0);
+  double sums[2] = {0, 0};
+  *dl = *dg = 0;
+  side_by_side(c, *dc, g, *dd, n, what, dl, dg);
+  par_engine_get_params(c, pc), par_engine_get_params(g, pg);
+  move_sums(pc, pg, p0, count, sums);
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  free(p0), free(pc), free(pg);
+  return sqrt(sums[0] / sums[1]);
+}
+
 /* How far engine e's parameters (each rank's part) are from the serial
  * engine s's, as a share of how far s moved from p0 (its whole start), over
  * every rank (tr: the rank's place in a 1D tensor group). */
