@@ -203,7 +203,7 @@ env LD_PRELOAD="$FULLFS" FULLFS_DIR="$d/m" FULLFS_BYTES=900000 \
   run_dir="$d" >"$d.out" 2>"$d.err"
 rc=$?
 [ $rc = 1 ] || fail "metrics full: exit $rc: $(tail -3 "$d.err")"
-one_line "$d.err" "\[rank 0\] metrics '$d/m/metrics.h5': needs [0-9.]+ kB \([0-9]+ bytes\) on its file system, which has .* free: No space left on device \(errno 28\); the rows written so far are kept; during step [0-9]+; last complete checkpoint: $d/checkpoint.h5 \(step [0-9]+\); resume with: " \
+one_line "$d.err" "\[rank 0\] metrics '$d/m/metrics.h5': needs [0-9.]+ [kM]B \([0-9]+ bytes\) on its file system, which has .* free: No space left on device \(errno 28\); the rows written so far are kept; during step [0-9]+; last complete checkpoint: $d/checkpoint.h5 \(step [0-9]+\); resume with: " \
   || fail "metrics full: message: $(cat "$d.err")"
 rows=$(h5dump -d /step "$d/m/metrics.h5" 2>/dev/null | sed -n 's/.*DATASPACE *SIMPLE { ( \([0-9]*\) ).*/\1/p')
 [ "${rows:-0}" -gt 0 ] && ! h5dump -d /loss "$d/m/metrics.h5" | grep -q nan || fail "metrics full: rows kept: '$rows'"
