@@ -1,7 +1,10 @@
 /* par_gpt_options_t.act_dtype on a machine without a GPU: 16-bit
  * activations are refused on the CPU (which computes in f32) with one
  * message naming the dtype, the device and why; an unknown dtype is
- * refused naming its value; f32 (the default) builds the model as before.
+ * refused naming its value; f32 (the default) builds the model as before,
+ * par_gpt_act_dtype says f32, and a pipeline stage's boundary buffers hold
+ * B T h f32 elements (16-bit stages are refused on the CPU for the CPU's
+ * reason only: pipeline stages take 16-bit activations on a device).
  * libtensor's ops likewise refuse 16-bit activations on the CPU
  * (STRATA_EUNSUPPORTED, the message naming the operand). The 16-bit
  * kernels themselves are checked against the CPU on a GPU
@@ -48,6 +51,28 @@ Test(act_dtype, f32_default) {
   cr_expect_eq(par_gpt_forward(m, tok, tgt, 2, 8, &loss), 0, "%s", par_gpt_last_error(m));
   cr_expect(loss > 0);
   par_gpt_destroy(m);
+}
+
+Test(act_dtype, pipeline_stage) {
+  for (int dt = TENSOR_F32; dt <= TENSOR_BF16; dt++) {
+    par_gpt_options_t o = PAR_GPT_OPTIONS_DEFAULTS;
+    o.threads = 1, o.stages = 2, o.stage = 1, o.act_dtype = dt;
+    par_gpt_t *m = NULL;
+    int rc = par_gpt_create_ex(&m, &cfg, &o, 5);
+    if (dt == TENSOR_BF16) { /* refused for the CPU, not for the stages */
+      cr_expect_eq(rc, STRATA_EUNSUPPORTED);
+      cr_expect(strstr(par_gpt_create_error(), "bf16 activations on the CPU: the CPU computes in f32"), "%s",
+                par_gpt_create_error());
+      continue;
+    }
+    cr_assert_eq(rc, 0, "%s", par_gpt_create_error());
+    cr_expect_eq(par_gpt_act_dtype(m), TENSOR_F32);
+    size_t n = 0;
+    cr_expect_not_null(par_gpt_stage_buffer(m, 0, 0, PAR_GPT_IN, 2, 8, &n), "%s", par_gpt_last_error(m));
+    cr_expect_eq(n, (size_t)2 * 8 * cfg.hidden);
+    cr_expect_null(par_gpt_stage_buffer(m, 0, 0, PAR_GPT_OUT, 2, 8, &n)); /* the last stage */
+    par_gpt_destroy(m);
+  }
 }
 
 /* The ops: bf16 activations on the CPU are STRATA_EUNSUPPORTED, naming the

@@ -131,6 +131,27 @@ Test(effects, engine_device_activations) {
   }
 }
 
+/* Pipeline stages on a device with bf16 or f16 activations send them as
+ * they are (libparallel/src/dist/pipeline.c): the planner's pipeline bytes
+ * per step are m x 2 (forward and back) x b s h x e, e = 2, half the f32
+ * engine's (e = 4), as tests/train/gpu_pp_engine.c counts them per stage. */
+Test(effects, engine_device_pipeline_bytes) {
+  par_gpt_config_t m = {.layers = 4, .hidden = 256, .heads = 4, .seq = 1024, .vocab = 50304};
+  par_cluster_t c = preset("dgx-a100-80gb", 1);
+  c.gpus_per_node = 2;
+  par_layout_t l = PAR_LAYOUT_DEFAULTS;
+  l.pp = 2, l.microbatch = 2, l.global_batch = 8, l.schedule = PAR_SCHED_1F1B;
+  double mb = 4, bsh = 2.0 * 1024 * 256;
+  for (int e = 2; e <= 4; e += 2) {
+    par_plan_params_t p;
+    par_plan_params_engine_device(&p, e);
+    par_plan_t pl;
+    cr_assert_eq(par_plan_estimate(&m, &l, &c, &p, &pl), 0, "%s", pl.why);
+    cr_expect(CLOSE(pl.comm_bytes[PAR_T_PP], mb * 2 * bsh * e), "%d-byte activations: %.6g pipeline bytes, want %.6g",
+              e, pl.comm_bytes[PAR_T_PP], mb * 2 * bsh * e);
+  }
+}
+
 /* ZeRO-3's collectives per region on the data-parallel group's link, a
  * ring's (N - 1) alpha + (N - 1)/N n / B each. */
 static double ring(double n, double N, double bw, double lat) { return (N - 1) * lat + (N - 1) / N * n / bw; }

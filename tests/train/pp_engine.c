@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include <strata/parallel.h>
+#include <strata/tensor.h>
 
 #include "bad_tokens.h"
 #include "harness.h"
@@ -105,7 +106,9 @@ static void volumes(par_engine_t *e, const case_t *c, par_data_t *d, int B) {
     int vs = k * c->pp + stage;
     fwd += vs < P - 1, bwd += vs > 0;
   }
-  uint64_t msg = (uint64_t)B * mc.seq * mc.hidden * 4 / (c->seqpar ? c->tp : 1);
+  /* the activations' element size: 4 (f32) on the CPU; bf16 ones on a device send 2 (gpu_pp_engine.c) */
+  uint64_t es = tensor_dtype_size((tensor_dtype_t)par_gpt_act_dtype(par_engine_model(e)));
+  uint64_t msg = (uint64_t)B * mc.seq * mc.hidden * es / (c->seqpar ? c->tp : 1);
   uint64_t want = (uint64_t)c->m * (fwd + bwd) * msg, got = sent(pp, COMM_K_SEND);
   CHECK(got == want, "pipeline sends %llu bytes, the formula %d x (%d + %d) x %llu = %llu",
         (unsigned long long)got, c->m, fwd, bwd, (unsigned long long)msg, (unsigned long long)want);
@@ -120,8 +123,8 @@ static void volumes(par_engine_t *e, const case_t *c, par_data_t *d, int B) {
   if (rank == 0) {
     char what[160];
     describe(c, what, sizeof what);
-    printf("%s: pipeline sends %llu bytes per step on stage 0 (m x boundaries x b s h x 4), embedding sum %llu\n",
-           what, (unsigned long long)got, (unsigned long long)sent(emb, COMM_K_ALLREDUCE));
+    printf("%s: pipeline sends %llu bytes per step on stage 0 (m x boundaries x b s h x %llu), embedding sum %llu\n",
+           what, (unsigned long long)got, (unsigned long long)es, (unsigned long long)sent(emb, COMM_K_ALLREDUCE));
   }
 }
 

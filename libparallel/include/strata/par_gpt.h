@@ -188,7 +188,8 @@ typedef struct {
    * (f16: strata's f32 kernel on f32 copies). The CPU computes in f32: a
    * 16-bit dtype with device -1 is STRATA_EUNSUPPORTED, as are the layouts
    * that do not take it yet (tensor, sequence or ring parallelism,
-   * pipeline stages, head_chunk -1). */
+   * head_chunk -1). Pipeline stages take it: their boundary buffers
+   * (par_gpt_stage_buffer) hold 16-bit activations and gradients. */
   int act_dtype;
 } par_gpt_options_t;
 #define PAR_GPT_OPTIONS_DEFAULTS                                                                   \
@@ -313,8 +314,8 @@ STRATA_API int par_gpt_device(const par_gpt_t *model);
  * slot 0, chunk 0.
  *
  *   par_gpt_set_slots(m, 4);
- *   float *in = par_gpt_stage_buffer(m, slot, chunk, PAR_GPT_IN, B, T, &n);
- *   ... receive n floats into in ...
+ *   void *in = par_gpt_stage_buffer(m, slot, chunk, PAR_GPT_IN, B, T, &n);
+ *   ... receive n activations (of par_gpt_act_dtype) into in ...
  *   par_gpt_stage_forward(m, slot, chunk, tokens, targets, B, T, &loss);
  *   ... later: receive into PAR_GPT_DOUT, par_gpt_stage_backward(m, slot, chunk),
  *   ... send PAR_GPT_DIN ... */
@@ -333,11 +334,16 @@ STRATA_API int par_gpt_stage_forward(par_gpt_t *model, int slot, int chunk, cons
  * parameters' gradients and leaves dL/d(input) in PAR_GPT_DIN. */
 STRATA_API int par_gpt_stage_backward(par_gpt_t *model, int slot, int chunk);
 /* A boundary buffer of the slot's activations for (B, T) (allocated when
- * first asked for), on the model's device; *count floats. NULL when the
+ * first asked for), on the model's device; *count elements of the
+ * activations' dtype (par_gpt_act_dtype: f32, or bf16 / f16 with
+ * opts.act_dtype on a CUDA device). NULL when the
  * chunk has no such boundary (IN of the first virtual stage, OUT and DOUT
  * of the last, DIN of the first). */
-STRATA_API float *par_gpt_stage_buffer(par_gpt_t *model, int slot, int chunk, par_gpt_io_t which, int B, int T,
+STRATA_API void *par_gpt_stage_buffer(par_gpt_t *model, int slot, int chunk, par_gpt_io_t which, int B, int T,
                                        size_t *count);
+/* The dtype the model keeps its activations and their gradients in (a
+ * tensor_dtype_t: opts.act_dtype as accepted; f32 on the CPU). */
+STRATA_API int par_gpt_act_dtype(const par_gpt_t *model);
 /* This stage's chunk `chunk` as blocks [*first, *first + *count), and
  * whether it embeds (first virtual stage) or holds the loss (last). */
 STRATA_API int par_gpt_stage_chunk(const par_gpt_t *model, int chunk, int *first, int *count, int *embeds,

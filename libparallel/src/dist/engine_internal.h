@@ -76,7 +76,7 @@ struct par_engine {
   int *slot_of;     /* per microbatch: its slot this step (-1 before it takes one), then
                        per slot: 1 while taken */
   int32_t *in_all, *tg_all;  /* the step's microbatches of inputs and targets */
-  float **gsend;             /* per slot x chunk: the input gradient being sent back */
+  void **gsend;              /* per slot x chunk: the input gradient being sent back */
   comm_request_t **fsend, **bsend; /* per slot x chunk: the sends in flight */
   unsigned char *unsent;     /* per slot x chunk: 1 the output, 2 the input gradient, computed and
                                 waiting for its round (par_pipe_rounds) to be sent */
@@ -84,11 +84,13 @@ struct par_engine {
    * round that produced it, par_pipe_rounds, while the model's own buffers
    * may still be in use) and is copied into the model by its operation. */
   int nland;
-  float **land;              /* [nland] boundary floats, allocated on first use */
+  void **land;               /* [nland] boundary messages, allocated on first use */
   comm_request_t **land_req; /* [nland] */
   int *land_of;              /* per (kind, microbatch, chunk): its buffer, -1; then per buffer: 1 while taken */
-  float *dry;                /* a failed rank's stand-in for the boundary buffers */
-  size_t boundary;           /* floats of one boundary message (this rank's tokens x h) */
+  void *dry;                 /* a failed rank's stand-in for the boundary buffers */
+  size_t boundary;           /* elements of one boundary message (this rank's tokens x h) */
+  tensor_dtype_t bdt;        /* their dtype: the model's activations' (f32, or bf16 / f16 on a device) */
+  comm_dtype_t bcdt;         /* the same for libcomm */
   int loss_ranks;            /* ranks whose loss the step's mean counts (the last stage's) */
   double t_busy;             /* this step: seconds spent in forwards and backwards */
   int zero;         /* ZeRO stage */

@@ -7,8 +7,10 @@
  * Messages. A chunk that is not the first virtual stage receives its input
  * activations from the previous one, and one that is not the last sends
  * its output to the next; in backward the gradients go the other way. Each
- * is one message of the microbatch's B T h floats (under sequence
- * parallelism this rank's B T h / t), with libcomm's non-blocking send and
+ * is one message of the microbatch's B T h activations (under sequence
+ * parallelism this rank's B T h / t) in the model's activation dtype (f32;
+ * bf16 or f16 on a device with par_engine_options_t.activations: half the
+ * bytes, copied into and out of the model's 16-bit buffers as they are), with libcomm's non-blocking send and
  * receive, posted in the schedule's lock-step rounds (par_pipe_rounds): a
  * round's operation runs (waiting first for the receive of its input, and
  * for the send that last read a buffer it is about to rewrite), then the
@@ -101,6 +103,9 @@ int pipe_create(par_engine_t *e) {
   if ((rc = par_gpt_set_slots(e->model, e->nslots))) return model_fail(e, rc, "pipeline");
   size_t bt = (size_t)e->layout.microbatch * (size_t)e->seq, ns = (size_t)e->nslots * (size_t)v;
   e->boundary = bt * (size_t)e->mc.hidden / (e->layout.seq_parallel ? (size_t)e->tp_size : 1);
+  /* the model's activation dtype (it refused 16 bits anywhere but on a device) */
+  e->bdt = (tensor_dtype_t)par_gpt_act_dtype(e->model);
+  e->bcdt = e->bdt == TENSOR_BF16 ? COMM_BF16 : e->bdt == TENSOR_F16 ? COMM_F16 : COMM_F32;
   if (!(e->slot_of = malloc(((size_t)m + (size_t)e->nslots) * sizeof *e->slot_of)) ||
       !(e->in_all = malloc((size_t)m * bt * sizeof *e->in_all)) ||
       !(e->tg_all = malloc((size_t)m * bt * sizeof *e->tg_all)) || !(e->gsend = calloc(ns, sizeof *e->gsend)) ||
@@ -114,10 +119,10 @@ int pipe_create(par_engine_t *e) {
   if (e->device >= 0) {
     tensor_t t;
     int64_t nb = (int64_t)e->boundary;
-    if ((rc = tensor_alloc(e->tc, &t, TENSOR_F32, e->device, 1, &nb)))
+    if ((rc = tensor_alloc(e->tc, &t, e->bdt, e->device, 1, &nb)))
       return engine_fail(e, 0, rc, "pipeline: %s", tensor_last_error(e->tc));
     e->dry = t.data;
-  } else if (!(e->dry = calloc(e->boundary, sizeof *e->dry))) {
+  } else if (!(e->dry = calloc(e->boundary, tensor_dtype_size(e->bdt)))) {
     return engine_fail(e, 0, STRATA_ENOMEM, "out of memory for a pipeline of %d microbatches", m);
   }
   return STRATA_OK;
@@ -132,9 +137,9 @@ static void wait_sends(par_engine_t *e) {
 }
 
 /* A boundary buffer of boundary_buffer's. */
-static void free_boundary(par_engine_t *e, float *p) {
+static void free_boundary(par_engine_t *e, void *p) {
   if (!p) return;
-  tensor_t t = tensor_view1(p, TENSOR_F32, e->device, (int64_t)e->boundary);
+  tensor_t t = tensor_view1(p, e->bdt, e->device, (int64_t)e->boundary);
   t.owned = 1; /* (tensor_alloc's: a view would be left alone) */
   tensor_free(e->tc, &t);
 }
@@ -145,7 +150,7 @@ void pipe_destroy(par_engine_t *e) {
   for (size_t i = 0; e->gsend && i < (size_t)e->nslots * (size_t)e->interleave; i++) free_boundary(e, e->gsend[i]);
   par_pipe_destroy(e->pipe);
   if (e->dry && e->device >= 0) {
-    tensor_t t = tensor_view1(e->dry, TENSOR_F32, e->device, (int64_t)e->boundary);
+    tensor_t t = tensor_view1(e->dry, e->bdt, e->device, (int64_t)e->boundary);
     t.owned = 1;
     tensor_free(e->tc, &t);
   } else {
@@ -178,11 +183,11 @@ static int unposted(par_engine_t *e, const char *what, int mb, int c) {
 /* *p: a boundary buffer (the send buffer of an input gradient, a
  * first-chunk input's landing place), allocated on first use where the
  * model computes (counted by the accountant with the activations). */
-static float *boundary_buffer(par_engine_t *e, float **p) {
+static void *boundary_buffer(par_engine_t *e, void **p) {
   if (!*p) {
     tensor_t t;
     int64_t n = (int64_t)e->boundary;
-    if (tensor_alloc(e->tc, &t, TENSOR_F32, e->device, 1, &n) == STRATA_OK) *p = t.data;
+    if (tensor_alloc(e->tc, &t, e->bdt, e->device, 1, &n) == STRATA_OK) *p = t.data;
   }
   return *p;
 }
@@ -199,15 +204,15 @@ static int *land_key(par_engine_t *e, int kind, int mb, int c) {
 
 /* Waits for the landed input of an operation and copies it into the
  * model's buffer `to` (NULL: the rank failed earlier; only waited for). */
-static int use_landed(par_engine_t *e, int kind, int mb, int c, float *to, int *failed) {
+static int use_landed(par_engine_t *e, int kind, int mb, int c, void *to, int *failed) {
   int x = *land_key(e, kind, mb, c), rc;
   if (x < 0) return unposted(e, kind == PAR_PIPE_FORWARD ? "input (not received)" : "output gradient (not received)",
                              mb, c); /* cannot happen: the rounds post it first */
   if ((rc = wait_msg(e, &e->land_req[x]))) return rc;
   e->land_of[2 * (size_t)e->accum * e->interleave + (size_t)x] = 0;
   if (!*failed && to) {
-    tensor_t d = tensor_view1(to, TENSOR_F32, e->device, (int64_t)e->boundary);
-    tensor_t s = tensor_view1(e->land[x], TENSOR_F32, e->device, (int64_t)e->boundary);
+    tensor_t d = tensor_view1(to, e->bdt, e->device, (int64_t)e->boundary);
+    tensor_t s = tensor_view1(e->land[x], e->bdt, e->device, (int64_t)e->boundary);
     if ((rc = tensor_copy(e->tc, &d, &s))) *failed = engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
   }
   return STRATA_OK;
@@ -240,7 +245,7 @@ static int run_op(par_engine_t *e, const par_pipe_op_t *o, int *failed, double *
     int slot = take_slot(e, mb);
     size_t k = (size_t)slot * v + c;
     if (vs > 0) {
-      float *in = *failed ? NULL : par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_IN, B, e->seq, &n);
+      void *in = *failed ? NULL : par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_IN, B, e->seq, &n);
       if (!*failed && !in) *failed = model_fail(e, STRATA_ENOMEM, "pipeline input");
       if ((rc = use_landed(e, PAR_PIPE_FORWARD, mb, c, in, failed))) return rc;
     }
@@ -262,7 +267,7 @@ static int run_op(par_engine_t *e, const par_pipe_op_t *o, int *failed, double *
   if (e->unsent[k] & 1) return unposted(e, "output", mb, c);
   if ((rc = wait_msg(e, &e->fsend[k]))) return rc;
   if (vs < P - 1) {
-    float *d = *failed ? NULL : par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_DOUT, B, e->seq, &n);
+    void *d = *failed ? NULL : par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_DOUT, B, e->seq, &n);
     if ((rc = use_landed(e, PAR_PIPE_BACKWARD, mb, c, d, failed))) return rc;
   }
   double t0 = engine_now();
@@ -276,12 +281,12 @@ static int run_op(par_engine_t *e, const par_pipe_op_t *o, int *failed, double *
   if (vs > 0) { /* into the send buffer, free once its last message has gone */
     if (e->unsent[k] & 2) return unposted(e, "input gradient", mb, c);
     if ((rc = wait_msg(e, &e->bsend[k]))) return rc;
-    float *g = *failed ? NULL : boundary_buffer(e, &e->gsend[k]), *din = NULL;
+    void *g = *failed ? NULL : boundary_buffer(e, &e->gsend[k]), *din = NULL;
     if (!*failed && !g) *failed = engine_fail(e, 0, STRATA_ENOMEM, "out of memory: pipeline gradient buffer");
     if (!*failed) {
       din = par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_DIN, B, e->seq, &n);
-      tensor_t d = tensor_view1(g, TENSOR_F32, e->device, (int64_t)e->boundary);
-      tensor_t s = tensor_view1(din, TENSOR_F32, e->device, (int64_t)e->boundary);
+      tensor_t d = tensor_view1(g, e->bdt, e->device, (int64_t)e->boundary);
+      tensor_t s = tensor_view1(din, e->bdt, e->device, (int64_t)e->boundary);
       if ((rc = tensor_copy(e->tc, &d, &s))) *failed = engine_fail(e, 0, rc, "%s", tensor_last_error(e->tc));
     }
     e->unsent[k] |= 2;
@@ -298,7 +303,7 @@ static int post_round(par_engine_t *e, const par_pipe_round_t *R, int *failed) {
     const par_pipe_msg_t *g = &R->msgs[i];
     int fwd = g->kind == PAR_PIPE_FORWARD, mb = g->microbatch;
     int vs = g->send ? g->from : fwd ? g->from + 1 : g->from - 1, c = vs / p; /* this stage's end */
-    float *buf = NULL;
+    void *buf = NULL;
     if (!g->send) { /* into a landing buffer: its operation copies it into the model */
       int x = 0, *busy = e->land_of + 2 * (size_t)e->accum * v;
       while (x < e->nland && busy[x]) x++;
@@ -306,13 +311,13 @@ static int post_round(par_engine_t *e, const par_pipe_round_t *R, int *failed) {
       busy[x] = 1, *land_key(e, g->kind, mb, c) = x;
       if (!*failed && !(buf = boundary_buffer(e, &e->land[x])))
         *failed = engine_fail(e, 0, STRATA_ENOMEM, "out of memory: pipeline landing buffer");
-      rc = comm_irecv(e->ppc, buf ? buf : e->dry, e->boundary, COMM_F32, g->peer, STEP_TAG, &e->land_req[x]);
+      rc = comm_irecv(e->ppc, buf ? buf : e->dry, e->boundary, e->bcdt, g->peer, STEP_TAG, &e->land_req[x]);
     } else {
       int slot = e->slot_of[mb];
       size_t k = (size_t)slot * v + c;
       if (!*failed) buf = fwd ? par_gpt_stage_buffer(e->model, slot, c, PAR_GPT_OUT, B, e->seq, &n) : e->gsend[k];
       e->unsent[k] &= (unsigned char)(fwd ? ~1u : ~2u);
-      rc = comm_isend(e->ppc, buf ? buf : e->dry, e->boundary, COMM_F32, g->peer, STEP_TAG,
+      rc = comm_isend(e->ppc, buf ? buf : e->dry, e->boundary, e->bcdt, g->peer, STEP_TAG,
                       fwd ? &e->fsend[k] : &e->bsend[k]);
     }
     if (rc) return pfail(e, e->ppc, rc);
@@ -388,17 +393,17 @@ int pipe_forward_only(par_engine_t *e, const int32_t *in, const int32_t *tg, flo
     int vs = c * p + e->stage, prev = (vs + P - 1) % p, next = (vs + 1) % p;
     e->events = 0;
     if (vs > 0) {
-      float *buf = *failed ? NULL : par_gpt_stage_buffer(e->model, 0, c, PAR_GPT_IN, B, e->seq, &n);
+      void *buf = *failed ? NULL : par_gpt_stage_buffer(e->model, 0, c, PAR_GPT_IN, B, e->seq, &n);
       if (!*failed && !buf) *failed = model_fail(e, STRATA_ENOMEM, "pipeline input");
-      if ((rc = comm_recv(e->ppc, buf ? buf : e->dry, e->boundary, COMM_F32, prev, 2 * P + vs - 1)))
+      if ((rc = comm_recv(e->ppc, buf ? buf : e->dry, e->boundary, e->bcdt, prev, 2 * P + vs - 1)))
         return pfail(e, e->ppc, rc);
     }
     if (!*failed && (rc = par_gpt_stage_forward(e->model, 0, c, in, tg, B, e->seq, loss)))
       *failed = e->hook_rc ? rc : model_fail(e, rc, "validation");
     if (e->hook_rc) return e->hook_rc;
     if (vs < P - 1) {
-      float *out = *failed ? NULL : par_gpt_stage_buffer(e->model, 0, c, PAR_GPT_OUT, B, e->seq, &n);
-      if ((rc = comm_send(e->ppc, out ? out : e->dry, e->boundary, COMM_F32, next, 2 * P + vs)))
+      void *out = *failed ? NULL : par_gpt_stage_buffer(e->model, 0, c, PAR_GPT_OUT, B, e->seq, &n);
+      if ((rc = comm_send(e->ppc, out ? out : e->dry, e->boundary, e->bcdt, next, 2 * P + vs)))
         return pfail(e, e->ppc, rc);
     }
   }

@@ -59,7 +59,8 @@ double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
 
 /* The activations' dtype (opts.act_dtype): f32 anywhere; bf16 and f16 on a
  * CUDA device, with the serial layers (the parallel ones move f32 buffers
- * through libcomm) and the fused head (whose logits stay f32). */
+ * through libcomm; pipeline stages pass their 16-bit boundary buffers as
+ * they are) and the fused head (whose logits stay f32). */
 static int check_act_dtype(par_gpt_t *m) {
   static const char *const names[] = {"f32", "bf16", "f16"};
   int dt = m->opts.act_dtype;
@@ -71,7 +72,6 @@ static int check_act_dtype(par_gpt_t *m) {
   const char *why = m->device == TENSOR_CPU ? "the CPU computes in f32 (16-bit activations need a CUDA device)"
                     : m->tp_size > 1 || m->md   ? "tensor parallelism keeps f32 activations in this version"
                     : m->ring_size > 1          ? "ring self-attention keeps f32 activations in this version"
-                    : m->stages > 1             ? "pipeline stages exchange f32 activations in this version"
                     : !m->fused_head            ? "the unfused head (head_chunk -1) keeps f32 activations in this version"
                                                 : NULL;
   char where[32] = "the CPU";

@@ -548,7 +548,7 @@ int par_gpt_stage_backward(par_gpt_t *m, int slot, int chunk) {
   return run_backward(m, l0, l1);
 }
 
-float *par_gpt_stage_buffer(par_gpt_t *m, int slot, int chunk, par_gpt_io_t which, int B, int T, size_t *count) {
+void *par_gpt_stage_buffer(par_gpt_t *m, int slot, int chunk, par_gpt_io_t which, int B, int T, size_t *count) {
   int l0 = 0, l1 = 0;
   if (count) *count = 0;
   if (!m || chunk_range(m, "par_gpt_stage_buffer", slot, chunk, &l0, &l1) || B < 1 || T < 1 || T > m->cfg.seq)
@@ -562,6 +562,8 @@ float *par_gpt_stage_buffer(par_gpt_t *m, int slot, int chunk, par_gpt_io_t whic
   if (count) *count = (size_t)tensor_numel(t);
   return t->data;
 }
+
+int par_gpt_act_dtype(const par_gpt_t *m) { return m ? (int)m->act_dtype : TENSOR_F32; }
 
 /* The whole model: chunk 0 of the single stage, slot 0. */
 static int whole(par_gpt_t *m, const char *fn) {
