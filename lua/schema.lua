@@ -69,7 +69,7 @@ local sections = {
     bf16_matmul = {t = BOOL, default = false,
                    doc = "on a GPU: the model's GEMMs with bf16 inputs and fp32 accumulation (tensor cores); ignored on the CPU"},
     activations = {t = ENUM, values = {"f32", "bf16", "f16"}, default = "f32",
-                   doc = "on a GPU: the dtype the model keeps its activations and their gradients in (bf16, f16: half the activation memory, 16-bit GEMMs and attention with fp32 accumulation, fp32 layernorm, softmax and loss statistics); the CPU computes in f32. With pp > 1 the stages exchange 16-bit activations (half the bytes); not with tp or sp > 1 in this version"},
+                   doc = "on a GPU: the dtype the model keeps its activations and their gradients in (bf16, f16: half the activation memory, 16-bit GEMMs and attention with fp32 accumulation, fp32 layernorm, softmax and loss statistics); the CPU computes in f32. With tp_mode = \"1d\" tensor parallelism (its collectives in 16 bits), ring self-attention (sp > 1, its blocks on fp32 copies) and pipeline stages (16-bit messages, half the bytes); not with tp_mode 2d, 2.5d or 3d in this version"},
   },
   optim = {
     name = {t = ENUM, values = {"adamw", "sgd", "momentum", "nesterov", "lamb", "lars"},
@@ -497,10 +497,10 @@ local function check_relations(c, refuse)
   if p.activations ~= "f32" then
     local why = p.device == "cpu"
                   and string.format('keeps the activations in 16 bits on a GPU only (the CPU computes in f32); set parallel.device = "cuda" or parallel.activations = "f32"')
-                or p.tp > 1 and "is not yet with tensor parallelism (parallel.tp > 1)"
-                or p.sp > 1 and "is not yet with ring self-attention (parallel.sp > 1)"
+                or p.tp > 1 and p.tp_mode ~= "1d" and string.format(
+                     'is not yet with tp_mode = "%s" (its layers keep f32 activations; tp_mode = "1d" takes them)', p.tp_mode)
     if why then
-      refuse("parallel.activations", p.activations, why, "parallel.device", "parallel.tp", "parallel.sp")
+      refuse("parallel.activations", p.activations, why, "parallel.device", "parallel.tp", "parallel.tp_mode")
     end
   end
   if c.parallel.zero >= 2 and c.parallel.pp > 1 then

@@ -54,7 +54,11 @@
  * a message of the wrong length, gives garbage or a failed receive, not a
  * percent. Each step's pipeline bytes on each stage are then the formula's
  * exactly: m x boundaries x b s h x 2 (bf16's element size; 4 in f32, and
- * in the --cpu-as-device run). */
+ * in the --cpu-as-device run).
+ *
+ * Ring self-attention with bf16 activations adds to those roundings one of
+ * q, k, v and one of the output and gradients each (its blocks run on f32
+ * copies): the same size, inside the same bounds. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +77,8 @@ typedef struct {
   int pp, sp, tp, accum, zero, recompute;
   const char *opt;
   int onef1b; /* pp > 1: 1F1B (else interleaved, 2 chunks a stage) */
-  int acts;   /* the activations' dtype on a device (par_engine_options_t.activations) */
+  int acts;   /* the activations' dtype on a device (par_engine_options_t.activations; the CPU's are f32) */
+  int prec;   /* the storage precision (0: fp32) */
 } case_t;
 
 /* Model, layout, optimizer and options of case k on `device`; dp takes the
@@ -86,6 +91,7 @@ static void setup(const case_t *k, int device, par_gpt_config_t *m, par_layout_t
   if (k->pp > 1 && k->onef1b) lay->schedule = PAR_SCHED_1F1B;
   else if (k->pp > 1) lay->schedule = PAR_SCHED_INTERLEAVED, lay->interleave = 2;
   lay->zero_stage = k->zero, lay->microbatch = 2, lay->global_batch = 2 * lay->dp * k->accum;
+  lay->precision = k->prec;
   *oc = (par_optim_config_t)PAR_OPTIM_CONFIG_DEFAULTS;
   oc->name = k->opt, oc->lr = 1e-2, oc->clip = 0.5, oc->warmup = 2, oc->weight_decay = 0.01;
   *eo = (par_engine_options_t)PAR_ENGINE_OPTIONS_DEFAULTS;
@@ -105,9 +111,10 @@ static par_engine_t *engine(int device, const case_t *k) {
 
 static const char *name(const case_t *k, char *buf, size_t n) {
   static const char *const acts[] = {"", " bf16 activations", " f16 activations"};
-  snprintf(buf, n, "pp %d%s sp %d tp %d dp %d zero %d %s accum %d%s%s", k->pp,
+  snprintf(buf, n, "pp %d%s sp %d tp %d dp %d zero %d %s accum %d%s%s%s", k->pp,
            k->pp < 2 ? "" : k->onef1b ? " 1f1b" : " interleaved 2", k->sp, k->tp, ranks / (k->pp * k->sp * k->tp),
-           k->zero, k->opt, k->accum, k->recompute ? " recompute" : "", acts[k->acts]);
+           k->zero, k->opt, k->accum, k->recompute ? " recompute" : "", acts[k->acts],
+           k->prec == PAR_PREC_BF16 ? " bf16 storage" : "");
   return buf;
 }
 
@@ -171,7 +178,7 @@ static void versus_cpu(const case_t *k, int device) {
 /* No GPU: auto falls back to the CPU bit for bit, cuda is refused for want
  * of a device (the layouts themselves are no longer refused). */
 static void without_gpu(void) {
-  static const case_t ks[] = {{2, 1, 1, 4, 0, 0, "adamw", 0, 0}, {1, 2, 1, 1, 1, 0, "adamw", 0, 0}};
+  static const case_t ks[] = {{2, 1, 1, 4, 0, 0, "adamw", 0, 0, 0}, {1, 2, 1, 1, 1, 0, "adamw", 0, 0, 0}};
   for (int i = 0; i < 2; i++) {
     const case_t *k = &ks[i];
     char what[160];
@@ -202,7 +209,7 @@ static void without_gpu(void) {
     par_engine_destroy(e);
   }
   /* bf16 activations with pipeline stages: refused here for the GPU only */
-  const case_t k = {2, 1, 1, 4, 0, 0, "adamw", 1, TENSOR_BF16};
+  const case_t k = {2, 1, 1, 4, 0, 0, "adamw", 1, TENSOR_BF16, 0};
   par_gpt_config_t m;
   par_layout_t lay;
   par_optim_config_t oc;
@@ -219,20 +226,25 @@ static void without_gpu(void) {
 /* Every case that fits the ranks on `device` against the CPU. */
 static void gpu_cases(int device) {
   static const case_t cases[] = {
-      {2, 1, 1, 4, 0, 0, "adamw", 0, 0}, /* interleaved: both directions share the one link of 2 stages */
-      {2, 1, 1, 2, 0, 1, "lamb", 0, 0},
-      {1, 2, 1, 1, 0, 0, "adamw", 0, 0}, /* ring self-attention */
-      {1, 2, 1, 2, 1, 1, "adamw", 0, 0},
-      /* bf16 activations: the boundaries sent in bf16 */
-      {2, 1, 1, 4, 0, 0, "adamw", 1, TENSOR_BF16}, /* 1F1B */
-      {2, 1, 1, 4, 1, 1, "adamw", 0, TENSOR_BF16}, /* interleaved, recompute */
-      {2, 1, 1, 4, 1, 0, "lamb", 0, 0},            /* (4 ranks: dp 2 beside the pipeline, ZeRO-1) */
-      {1, 2, 2, 1, 1, 0, "adamw", 0, 0},           /* (4 ranks: sp 2 x Megatron tp 2) */
+      {2, 1, 1, 4, 0, 0, "adamw", 0, 0, 0}, /* interleaved: both directions share the one link of 2 stages */
+      {2, 1, 1, 2, 0, 1, "lamb", 0, 0, 0},
+      {1, 2, 1, 1, 0, 0, "adamw", 0, 0, 0}, /* ring self-attention */
+      {1, 2, 1, 2, 1, 1, "adamw", 0, 0, 0},
+      /* bf16 activations: the pipeline's boundaries sent in bf16 */
+      {2, 1, 1, 4, 0, 0, "adamw", 1, TENSOR_BF16, 0}, /* 1F1B */
+      {2, 1, 1, 4, 1, 1, "adamw", 0, TENSOR_BF16, 0}, /* interleaved, recompute */
+      /* bf16 end to end: the ring's blocks on f32 copies of the bf16 q, k, v,
+       * the output and gradients rounded back; alone and (4 ranks) beside
+       * Megatron tp 2 */
+      {1, 2, 1, 1, 0, 0, "adamw", 0, TENSOR_BF16, PAR_PREC_BF16},
+      {2, 1, 1, 4, 1, 0, "lamb", 0, 0, 0},                         /* (4 ranks: dp 2 beside the pipeline, ZeRO-1) */
+      {1, 2, 2, 1, 1, 0, "adamw", 0, 0, 0},                        /* (4 ranks: sp 2 x Megatron tp 2) */
+      {1, 2, 2, 1, 1, 0, "adamw", 0, TENSOR_BF16, PAR_PREC_BF16}, /* (4 ranks) */
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const case_t *k = &cases[i];
     int group = k->pp * k->sp * k->tp;
-    if (ranks % group == 0 && (i < 6 || ranks / group >= 2 || k->tp > 1)) versus_cpu(k, device);
+    if (ranks % group == 0 && (i < 7 || ranks / group >= 2 || k->tp > 1)) versus_cpu(k, device);
   }
 }
 

@@ -57,6 +57,7 @@ typedef struct {
   int sp, zero, pp, accum, part, prec;
   const char *opt;
   double tol_loss, tol_gnorm, tol_move;
+  int acts; /* the device's activations (par_engine_options_t.activations; the CPU's are f32): 0 f32 */
 } case_t;
 
 static const char *precs[] = {"fp32", "bf16", "fp16"};
@@ -75,6 +76,7 @@ static void setup(const case_t *k, int tp, int tp_mode, int device, par_gpt_conf
   oc->name = k->opt, oc->lr = 1e-2, oc->clip = 0.5, oc->warmup = 2, oc->weight_decay = 0.01;
   *eo = (par_engine_options_t)PAR_ENGINE_OPTIONS_DEFAULTS;
   eo->steps = STEPS, eo->threads = 1, eo->seed = 7, eo->device = device;
+  eo->activations = device == PAR_DEVICE_CPU ? 0 : k->acts; /* (the CPU reference computes in f32) */
   eo->bucket_mb = 0.004; /* several buckets */
 }
 
@@ -97,9 +99,10 @@ static par_engine_t *engine(int device, const case_t *k) {
 }
 
 static const char *name(const case_t *k, char *buf, size_t n) {
-  snprintf(buf, n, "tp 2%s pp %d dp %d zero %d %s %s%s accum %d", k->sp ? " seq_parallel" : "", k->pp,
-           ranks / (2 * k->pp), k->zero, k->opt, precs[k->prec], k->part ? " partitioned recompute" : "",
-           k->accum);
+  static const char *const acts[] = {"", " bf16 activations", " f16 activations"};
+  snprintf(buf, n, "tp 2%s pp %d dp %d zero %d %s %s%s%s accum %d", k->sp ? " seq_parallel" : "", k->pp,
+           ranks / (2 * k->pp), k->zero, k->opt, precs[k->prec], acts[k->acts],
+           k->part ? " partitioned recompute" : "", k->accum);
   return buf;
 }
 
@@ -125,7 +128,7 @@ static void versus_cpu(const case_t *k, int device) {
 /* A checkpoint saved by the devices loads on the CPU (same layout) with the
  * very same parameters, and both go on alike. */
 static void checkpoint(int device) {
-  case_t k = {1, 1, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0};
+  case_t k = {1, 1, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0, 0};
   char path[256];
   snprintf(path, sizeof path, "%s/strata_gpu_tp_engine_%d.h5", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
            (int)getpid());
@@ -155,7 +158,7 @@ static void checkpoint(int device) {
 /* No GPU: auto falls back to the CPU bit for bit, cuda is refused. */
 static void without_gpu(void) {
   for (int sp = 0; sp <= 1; sp++) {
-    case_t k = {sp, 1, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0};
+    case_t k = {sp, 1, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0, 0};
     par_engine_t *a = engine(PAR_DEVICE_AUTO, &k), *c = engine(PAR_DEVICE_CPU, &k);
     par_engine_info_t in;
     par_engine_info(a, &in);
@@ -170,7 +173,7 @@ static void without_gpu(void) {
     par_data_destroy(da), par_data_destroy(dc);
     par_engine_destroy(a), par_engine_destroy(c);
   }
-  case_t k = {0, 0, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0};
+  case_t k = {0, 0, 1, 1, 0, PAR_PREC_FP32, "adamw", 0, 0, 0, 0};
   char err[1024];
   par_engine_t *e = NULL;
   int rc = create(&e, PAR_DEVICE_CUDA, &k, 2, PAR_TP_1D, err, sizeof err);
@@ -182,13 +185,26 @@ static void without_gpu(void) {
 /* Every case of the layouts above on `device` against the CPU. */
 static void gpu_cases(int device) {
   static const case_t cases[] = {
-      {0, 0, 1, 1, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3},
-      {1, 1, 1, 2, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3},
-      {0, 3, 1, 1, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3},
-      {0, 0, 1, 1, 1, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3},
-      {1, 2, 1, 1, 0, PAR_PREC_FP32, "lamb", 2e-5, 1e-4, 1e-3},
-      {1, 1, 1, 1, 0, PAR_PREC_BF16, "adamw", 1e-3, 1e-2, 2e-2},
-      {1, 1, 2, 2, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3}, /* (4 ranks or more) */
+      {0, 0, 1, 1, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {1, 1, 1, 2, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {0, 3, 1, 1, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {0, 0, 1, 1, 1, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3, 0},
+      {1, 2, 1, 1, 0, PAR_PREC_FP32, "lamb", 2e-5, 1e-4, 1e-3, 0},
+      {1, 1, 1, 1, 0, PAR_PREC_BF16, "adamw", 1e-3, 1e-2, 2e-2, 0},
+      {1, 1, 2, 2, 0, PAR_PREC_FP32, "adamw", 2e-5, 1e-4, 1e-3, 0}, /* (4 ranks or more) */
+      /* bf16 activations (the CPU in f32): the bounds of gpu_engine.c's
+       * bf16-activation cases, 2e-2, 1e-1, 0.5 (some 25 bf16 roundings a
+       * value through the 2 blocks). The tensor collectives add two bf16
+       * partial sums (NCCL in bf16: one more rounding, 2^-8 relative, per
+       * all-reduce or reduce-scatter, 4 a block forward and backward) and
+       * the unfused vocabulary-parallel head's input gradient is rounded
+       * once from f32: a few more roundings of the same size, well inside
+       * the factor the bounds leave. bf16 end to end; with sequence
+       * parallelism, ZeRO 2 and two microbatches over fp32 storage; with
+       * partitioned recompute (its 16-bit block inputs gathered). */
+      {0, 1, 1, 1, 0, PAR_PREC_BF16, "adamw", 2e-2, 1e-1, 0.5, TENSOR_BF16},
+      {1, 2, 1, 2, 0, PAR_PREC_FP32, "adamw", 2e-2, 1e-1, 0.5, TENSOR_BF16},
+      {0, 1, 1, 1, 1, PAR_PREC_BF16, "adamw", 2e-2, 1e-1, 0.5, TENSOR_BF16},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
     if (ranks % (2 * cases[i].pp) == 0) versus_cpu(&cases[i], device);

@@ -27,7 +27,11 @@ extern "C" {
  * key and value blocks travel the ring, the softmax runs across blocks
  * (online, FlashAttention's), no score matrix larger than Tl x Tl. Each rank
  * sends (sp - 1) 2 B Tl C floats in the forward and (4 sp - 2) B Tl C in the
- * backward (none with sp = 1). Collective over sp; err (errlen bytes) says what failed. */
+ * backward (none with sp = 1). qkv, out, dout, dqkv f32, or all bf16 or all
+ * f16 on a device (16-bit activations: the blocks then run on f32 copies,
+ * allocated through tc for the call, and the k/v blocks still travel as f32;
+ * the output, or dqkv's sum, is rounded once); lse f32. Collective over sp;
+ * err (errlen bytes) says what failed. */
 STRATA_API int par_ring_attention_forward(struct comm *sp, tensor_ctx_t *tc, tensor_t *out, tensor_t *lse,
                                           const tensor_t *qkv, int heads, char *err, size_t errlen);
 STRATA_API int par_ring_attention_backward(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqkv, const tensor_t *dout,

@@ -58,21 +58,28 @@ double par_gpt_flops_per_token(const par_gpt_config_t *c, int T) {
 }
 
 /* The activations' dtype (opts.act_dtype): f32 anywhere; bf16 and f16 on a
- * CUDA device, with the serial layers (the parallel ones move f32 buffers
- * through libcomm; pipeline stages pass their 16-bit boundary buffers as
- * they are) and the fused head (whose logits stay f32). */
+ * CUDA device, with the serial layers, Megatron's 1D tensor parallelism
+ * (its collectives move the activations in their dtype; the unfused
+ * vocabulary-parallel head keeps f32 logits), ring self-attention (its
+ * blocks on f32 copies, ring.c), pipeline stages (their 16-bit boundary
+ * buffers passed as they are) and the fused head (whose logits stay f32).
+ * The 2D, 2.5D and 3D layers keep f32 buffers. */
 static int check_act_dtype(par_gpt_t *m) {
   static const char *const names[] = {"f32", "bf16", "f16"};
-  int dt = m->opts.act_dtype;
+  static const char *const modes[] = {"1d", "2d", "2.5d", "3d"};
+  int dt = m->opts.act_dtype, mode = m->opts.tp_mode;
   m->act_dtype = TENSOR_F32;
   if (dt == TENSOR_F32) return STRATA_OK;
   if (dt != TENSOR_BF16 && dt != TENSOR_F16)
     return gpt_seterr(NULL, STRATA_EINVAL, "par_gpt_create: act_dtype %d is not f32 (%d), bf16 (%d) or f16 (%d)", dt,
                       TENSOR_F32, TENSOR_BF16, TENSOR_F16);
+  char md[96] = "";
+  if (m->md)
+    snprintf(md, sizeof md, "tensor parallelism of tp_mode %s keeps f32 activations in this version (1d takes them)",
+             mode >= 0 && mode < 4 ? modes[mode] : "?");
   const char *why = m->device == TENSOR_CPU ? "the CPU computes in f32 (16-bit activations need a CUDA device)"
-                    : m->tp_size > 1 || m->md   ? "tensor parallelism keeps f32 activations in this version"
-                    : m->ring_size > 1          ? "ring self-attention keeps f32 activations in this version"
-                    : !m->fused_head            ? "the unfused head (head_chunk -1) keeps f32 activations in this version"
+                    : m->md                     ? md
+                    : !m->fused_head && m->tp_size < 2 ? "the unfused head (head_chunk -1) keeps f32 activations in this version"
                                                 : NULL;
   char where[32] = "the CPU";
   if (m->device != TENSOR_CPU) snprintf(where, sizeof where, "cuda:%d", m->device);
@@ -176,12 +183,12 @@ int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t) {
   (void)t;
   return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
-int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n) {
-  (void)recv, (void)send, (void)n;
+int gpt_tp_allgather(par_gpt_t *m, void *recv, const void *send, size_t n, tensor_dtype_t dt) {
+  (void)recv, (void)send, (void)n, (void)dt;
   return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
-int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n) {
-  (void)recv, (void)send, (void)n;
+int gpt_tp_reduce_scatter(par_gpt_t *m, void *recv, const void *send, size_t n, tensor_dtype_t dt) {
+  (void)recv, (void)send, (void)n, (void)dt;
   return m->tp_size < 2 ? STRATA_OK : STRATA_EUNSUPPORTED;
 }
 int gpt_ring_forward(par_gpt_t *m, gpt_acts_t *a) {
@@ -584,6 +591,8 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
   int64_t grads_a = Rl * 3 * C + R * (C3 + Ca + 2 * C4) + (sp ? 2 * R * C : 0) +
                     (m->cfg.recompute && nheld ? set_a : 0) + (part ? 2 * R * C : 0);
   int64_t grads_f = (full ? R * Vl : 0) + (sp ? 4 * C : 0) + (m->cfg.recompute && nheld ? set_f : 0);
+  int hf = full && m->act_dtype != TENSOR_F32; /* the unfused head's backward in f32 (hx, dhx) */
+  grads_f += hf ? 2 * R * C : 0;
   /* 16-bit activations: every view starts 16-byte aligned (as cuBLAS's
    * tensor-core kernels and cuDNN want their operands), so each may waste up
    * to 15 bytes; f32 ones are laid out back to back, as before */
@@ -655,6 +664,7 @@ int gpt_prepare(par_gpt_t *m, int B, int T) {
     m->spg = tensor_view1(p, F, dev, 4 * C), ADV(4 * C * 4);
   }
   if (full) F3(m->dlogits, Vl);
+  if (hf) F3(m->hx, C), F3(m->dhx, C);
   if (m->cfg.recompute && nheld) SET(&m->acts[0]);
 #undef SET
   if (part) T3(m->xa, C), T3(m->xb, C);

@@ -109,6 +109,7 @@ struct par_gpt {
   /* gradient scratch, reused by every block */
   tensor_t g_store;
   tensor_t dres, dln, dqkv, datty, dfch, dfch_gelu, dlogits;
+  tensor_t hx, dhx; /* 16-bit activations, unfused head: ln_f's output and its gradient in f32 (R, C) */
   float *host_losses; /* R losses (tensor parallelism: then R lse, t R gathered lse) */
   int32_t *host_ids;
   /* 2D, 2.5D, 3D (opts.tp_mode; gpt_md.c): the mesh, each held block's
@@ -125,12 +126,13 @@ struct par_gpt {
 /* Sums t over the tensor-parallel group, in place (Megatron's f in
  * backward, g in forward); this rank's place in the group. In tp_comm.c,
  * over libcomm (stubs in gpt.c under GPT_WITHOUT_COMM). */
-int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t);
+int gpt_tp_allreduce(par_gpt_t *m, tensor_t *t); /* (in t's dtype) */
 int gpt_tp_query(struct comm *tp, int *rank, int *size);
-/* recv (t n floats, host) = every rank's n floats of send, in rank order. */
-int gpt_tp_allgather(par_gpt_t *m, float *recv, const float *send, size_t n);
-/* recv (n floats) = the sum over the group of send's n-float block of this rank. */
-int gpt_tp_reduce_scatter(par_gpt_t *m, float *recv, const float *send, size_t n);
+/* recv (t n values of dtype dt) = every rank's n values of send, in rank
+ * order. The activations travel in their dtype (16 bits with 16-bit ones). */
+int gpt_tp_allgather(par_gpt_t *m, void *recv, const void *send, size_t n, tensor_dtype_t dt);
+/* recv (n values of dt) = the sum over the group of send's n-value block of this rank. */
+int gpt_tp_reduce_scatter(par_gpt_t *m, void *recv, const void *send, size_t n, tensor_dtype_t dt);
 
 /* The block's attention by ring self-attention over m->ring (ring.c,
  * through tp_comm.c; stubs in gpt.c under GPT_WITHOUT_COMM). */

@@ -30,10 +30,10 @@
  * than kept. The layernorms' parameters then get token-partial gradients,
  * summed over the group. */
 static int sp_gather(par_gpt_t *m, tensor_t *full, const tensor_t *local) {
-  return gpt_tp_allgather(m, full->data, local->data, (size_t)tensor_numel(local));
+  return gpt_tp_allgather(m, full->data, local->data, (size_t)tensor_numel(local), local->dtype);
 }
 static int sp_scatter(par_gpt_t *m, tensor_t *local, const tensor_t *full) {
-  return gpt_tp_reduce_scatter(m, local->data, full->data, (size_t)tensor_numel(local));
+  return gpt_tp_reduce_scatter(m, local->data, full->data, (size_t)tensor_numel(local), local->dtype);
 }
 
 /* Adds the n token-partial layernorm gradients in m->spg (after the backward
@@ -136,7 +136,7 @@ static int parallel_xent(par_gpt_t *m) {
   tensor_t hz = tensor_view1(m->host_losses, TENSOR_F32, TENSOR_CPU, R);
   if (tensor_numel(&m->dlogits) >= (int64_t)t * R) {
     tensor_t parts = tensor_view2(m->dlogits.data, TENSOR_F32, m->device, t, R);
-    if ((rc = gpt_tp_allgather(m, parts.data, m->lse.data, (size_t)R)) || (rc = gpt_tp_allreduce(m, &m->losses)))
+    if ((rc = gpt_tp_allgather(m, parts.data, m->lse.data, (size_t)R, TENSOR_F32)) || (rc = gpt_tp_allreduce(m, &m->losses)))
       goto fail;
     T_(tensor_xent_slice_combine(tc, &m->lse, &m->losses, &parts, &m->losses, &m->targets));
     T_(tensor_copy(tc, &hz, &m->losses));
@@ -146,7 +146,7 @@ static int parallel_xent(par_gpt_t *m) {
     tensor_t ids = tensor_view1(m->host_ids, TENSOR_I32, TENSOR_CPU, R);
     T_(tensor_copy(tc, &hz, &m->losses));
     T_(tensor_copy(tc, &hl, &m->lse));
-    if ((rc = gpt_tp_allgather(m, all, lse, (size_t)R)) || (rc = gpt_tp_allreduce(m, &hz))) goto fail;
+    if ((rc = gpt_tp_allgather(m, all, lse, (size_t)R, TENSOR_F32)) || (rc = gpt_tp_allreduce(m, &hz))) goto fail;
     T_(tensor_xent_slice_combine(tc, &hl, &hz, &parts, &hz, &ids));
     T_(tensor_copy(tc, &m->lse, &hl));
   }
@@ -350,6 +350,21 @@ fail:
   return rc;
 }
 
+/* The unfused head's GEMM backward from the f32 logits' gradient: din +=
+ * dlogits wte, dwte += dlogits^T ln_f. With 16-bit activations (the head
+ * unfused under tensor parallelism) the GEMM runs on f32 copies, ln_f's
+ * output cast to m->hx and the input gradient computed in m->dhx, then
+ * rounded once into din (which the callers zero: din = dhx). */
+static int head_input_backward(par_gpt_t *m, tensor_t *din) {
+  tensor_ctx_t *tc = m->tc;
+  if (din->dtype == TENSOR_F32) return tensor_linear_backward(tc, din, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte);
+  int rc;
+  if ((rc = tensor_cast(tc, &m->hx, &m->lnf_out)) || (rc = tensor_zero(tc, &m->dhx)) ||
+      (rc = tensor_linear_backward(tc, &m->dhx, &m->dwte, NULL, &m->dlogits, &m->hx, &m->wte)))
+    return rc;
+  return tensor_cast(tc, din, &m->dhx);
+}
+
 int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
   int rc = STRATA_OK;
   tensor_ctx_t *tc = m->tc;
@@ -374,7 +389,7 @@ int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
     gpt_param2_t *lns[1] = {&m->lnf};
     T_(sp_slot(m, 0, &w, &b));
     T_(tensor_zero(tc, &m->dfull));
-    T_(tensor_linear_backward(tc, &m->dfull, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
+    T_(head_input_backward(m, &m->dfull));
     if ((rc = sp_scatter(m, &m->dln, &m->dfull))) goto fail;
     T_(tensor_zero(tc, &m->dres));
     T_(tensor_layernorm_backward(tc, &m->dres, &w, &b, &m->dln, x, &m->lnf.w, &m->lnf_mean, &m->lnf_rstd));
@@ -382,7 +397,7 @@ int gpt_head_backward(par_gpt_t *m, const tensor_t *x) {
     goto fail;
   }
   T_(tensor_zero(tc, &m->dln));
-  T_(tensor_linear_backward(tc, &m->dln, &m->dwte, NULL, &m->dlogits, &m->lnf_out, &m->wte));
+  T_(head_input_backward(m, &m->dln));
   if ((rc = gpt_tp_allreduce(m, &m->dln))) goto fail; /* the head is column-parallel over the vocabulary */
   T_(tensor_zero(tc, &m->dres));
   T_(tensor_layernorm_backward(tc, &m->dres, &m->lnf.dw, &m->lnf.db, &m->dln, x, &m->lnf.w,
@@ -410,8 +425,9 @@ static int hook(par_gpt_t *m, par_gpt_event_t ev, int r, int backward) {
 /* Partitioned checkpoints: keeps this rank's rows of a block's whole input. */
 static int part_keep(par_gpt_t *m, tensor_t *keep, const tensor_t *whole) {
   int64_t n = tensor_numel(keep);
-  tensor_t rows = tensor_view1((float *)whole->data + (int64_t)m->tp_rank * n, TENSOR_F32, m->device, n);
-  tensor_t dst = tensor_view1(keep->data, TENSOR_F32, m->device, n);
+  size_t es = tensor_dtype_size(whole->dtype);
+  tensor_t rows = tensor_view1((char *)whole->data + (size_t)((int64_t)m->tp_rank * n) * es, whole->dtype, m->device, n);
+  tensor_t dst = tensor_view1(keep->data, keep->dtype, m->device, n);
   int rc = tensor_copy(m->tc, &dst, &rows);
   return rc ? gpt_tensor_err(m, rc) : STRATA_OK;
 }
@@ -461,7 +477,7 @@ static int run_backward(par_gpt_t *m, int l0, int l1) {
      * gathered first (into xa; the output goes to xb). */
     tensor_t *x = &m->x[l], *y = &m->x[l + 1];
     if (m->part) {
-      if ((rc = gpt_tp_allgather(m, m->xa.data, x->data, (size_t)tensor_numel(x)))) return rc;
+      if ((rc = gpt_tp_allgather(m, m->xa.data, x->data, (size_t)tensor_numel(x), x->dtype))) return rc;
       x = &m->xa, y = &m->xb;
     }
     if (m->cfg.recompute && (m->scratch_layer != l || m->scratch_slot != m->cur))

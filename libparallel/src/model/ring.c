@@ -67,9 +67,8 @@ static int post(struct comm *sp, const float *snd, float *rcv, size_t n, comm_re
   return comm_flush(sp); /* on a device: under way while the block computes */
 }
 
-int par_ring_attention_forward(struct comm *sp, tensor_ctx_t *tc, tensor_t *out, tensor_t *lse, const tensor_t *qkv,
-                               int heads, char *err, size_t errlen) {
-  if (!sp || !tc || !out || !lse || !qkv) return STRATA_EINVAL;
+static int forward32(struct comm *sp, tensor_ctx_t *tc, tensor_t *out, tensor_t *lse, const tensor_t *qkv, int heads,
+                     char *err, size_t errlen) {
   int size = comm_size(sp), r = comm_rank(sp), rc = STRATA_OK, dev = qkv->device;
   int64_t B = qkv->shape[0], Tl = qkv->shape[1], C = qkv->shape[2] / 3, X = B * Tl * C;
   tensor_t t[5] = {{0}}; /* q, two k|v buffers, m, l */
@@ -112,10 +111,8 @@ done:
   return rc;
 }
 
-int par_ring_attention_backward(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqkv, const tensor_t *dout,
-                                const tensor_t *qkv, const tensor_t *out, const tensor_t *lse, int heads, char *err,
-                                size_t errlen) {
-  if (!sp || !tc || !dqkv || !dout || !qkv || !out || !lse) return STRATA_EINVAL;
+static int backward32(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqkv, const tensor_t *dout, const tensor_t *qkv,
+                      const tensor_t *out, const tensor_t *lse, int heads, char *err, size_t errlen) {
   int size = comm_size(sp), r = comm_rank(sp), rc = STRATA_OK, dev = qkv->device;
   int64_t B = qkv->shape[0], Tl = qkv->shape[1], C = qkv->shape[2] / 3, X = B * Tl * C;
   tensor_t t[5] = {{0}}; /* q, dq, d, two k|v|dk|dv buffers */
@@ -166,5 +163,58 @@ tfail:
 done:
   comm_wait(&rs), comm_wait(&rr);
   free_all(tc, t, 5);
+  return rc;
+}
+
+/* ---- 16-bit activations ----
+ * bf16 or f16 q/k/v (a model's 16-bit activations on a device): the blocks
+ * run on f32 copies, as libtensor's attention runs f16 where cuDNN declines,
+ * and the results are rounded back once: the output, or the gradient added
+ * to dqkv. The k/v blocks then travel in f32 (twice the bytes of 16 bits).
+ * f32 tensors go straight to the f32 ring, as before. */
+
+/* An f32 copy of t (same shape, device), counted by tc's accountant. */
+static int f32_copy(tensor_ctx_t *tc, tensor_t *dst, const tensor_t *t) {
+  int rc = tensor_alloc(tc, dst, TENSOR_F32, t->device, t->ndim, t->shape);
+  return rc ? rc : tensor_cast(tc, dst, t);
+}
+
+int par_ring_attention_forward(struct comm *sp, tensor_ctx_t *tc, tensor_t *out, tensor_t *lse, const tensor_t *qkv,
+                               int heads, char *err, size_t errlen) {
+  if (!sp || !tc || !out || !lse || !qkv) return STRATA_EINVAL;
+  if (qkv->dtype == TENSOR_F32) return forward32(sp, tc, out, lse, qkv, heads, err, errlen);
+  if (out->dtype != qkv->dtype)
+    return fail(err, errlen, STRATA_EINVAL, "output", "not of the dtype of qkv (16-bit activations)");
+  tensor_t q32 = {0}, o32 = {0};
+  int rc = f32_copy(tc, &q32, qkv);
+  if (!rc) rc = tensor_alloc(tc, &o32, TENSOR_F32, out->device, out->ndim, out->shape);
+  if (rc) {
+    rc = fail(err, errlen, rc, "f32 copies of the 16-bit blocks", tensor_last_error(tc));
+  } else if (!(rc = forward32(sp, tc, &o32, lse, &q32, heads, err, errlen)) && (rc = tensor_cast(tc, out, &o32))) {
+    rc = fail(err, errlen, rc, "the output in 16 bits", tensor_last_error(tc));
+  }
+  tensor_free(tc, &q32), tensor_free(tc, &o32);
+  return rc;
+}
+
+int par_ring_attention_backward(struct comm *sp, tensor_ctx_t *tc, tensor_t *dqkv, const tensor_t *dout,
+                                const tensor_t *qkv, const tensor_t *out, const tensor_t *lse, int heads, char *err,
+                                size_t errlen) {
+  if (!sp || !tc || !dqkv || !dout || !qkv || !out || !lse) return STRATA_EINVAL;
+  if (qkv->dtype == TENSOR_F32) return backward32(sp, tc, dqkv, dout, qkv, out, lse, heads, err, errlen);
+  if (dqkv->dtype != qkv->dtype || dout->dtype != qkv->dtype || out->dtype != qkv->dtype)
+    return fail(err, errlen, STRATA_EINVAL, "gradients", "not all of the dtype of qkv (16-bit activations)");
+  tensor_t t[4] = {{0}}; /* f32 qkv, out, dout, dqkv (which starts as dqkv: the gradient adds to it) */
+  int rc = f32_copy(tc, &t[0], qkv);
+  if (!rc) rc = f32_copy(tc, &t[1], out);
+  if (!rc) rc = f32_copy(tc, &t[2], dout);
+  if (!rc) rc = f32_copy(tc, &t[3], dqkv);
+  if (rc) {
+    rc = fail(err, errlen, rc, "f32 copies of the 16-bit blocks", tensor_last_error(tc));
+  } else if (!(rc = backward32(sp, tc, &t[3], &t[2], &t[0], &t[1], lse, heads, err, errlen)) &&
+             (rc = tensor_cast(tc, dqkv, &t[3]))) {
+    rc = fail(err, errlen, rc, "the gradient in 16 bits", tensor_last_error(tc));
+  }
+  free_all(tc, t, 4);
   return rc;
 }
