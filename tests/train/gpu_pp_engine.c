@@ -249,31 +249,7 @@ static void gpu_cases(int device) {
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  harness_name = "gpu_pp_engine";
-  int cpu_checks = argc > 1 && !strcmp(argv[1], "--cpu-checks");
-  if (argc > 1 && !strcmp(argv[1], "--cpu-as-device")) { /* the device cases with the CPU as the device: a
-                                                            check of this program itself (all equal) */
-    gpu_cases(PAR_DEVICE_CPU);
-    return harness_finish("the device cases on the CPU");
-  }
-  int gpus = comm_cuda_device_count(), device = -1, local = 0;
-  comm_local_device(MPI_COMM_WORLD, &device, &local);
-  int have = gpus > 0; /* (ranks may share a GPU: libcomm stages their collectives through the host) */
-  MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (!have && cpu_checks && ranks % 2 == 0) {
-    without_gpu();
-    return harness_finish("no GPU: the interleaved schedule and sp = 2 with device auto on the CPU");
-  }
-  if (!have || ranks < 2 || ranks % 2) {
-    if (rank == 0)
-      printf("gpu_pp_engine np=%d: skipped: needs an even number of ranks >= 2 under mpirun and a GPU (%d here "
-             "on rank 0's node)\n",
-             ranks, gpus);
-    MPI_Finalize();
-    return cpu_checks ? 0 : 77;
-  }
-  gpu_cases(device);
-  return harness_finish("the interleaved schedule and ring self-attention on the devices against the CPU");
+  return device_test_main(argc, argv, "gpu_pp_engine", gpu_cases, without_gpu,
+                          "no GPU: the interleaved schedule and sp = 2 with device auto on the CPU",
+                          "the interleaved schedule and ring self-attention on the devices against the CPU");
 }

@@ -207,4 +207,40 @@ static int harness_finish(const char *detail) {
   return all ? 1 : 0;
 }
 
+/* main() of a multi-rank device test: with --cpu-as-device, cases(the CPU)
+ * (a check of the test itself: every difference 0); with GPUs and an even
+ * number of ranks >= 2, cases(this rank's node-local GPU; ranks may share
+ * one, libcomm then stages their collectives through the host); without a
+ * GPU, --cpu-checks runs without_gpu() (on an even number of ranks) and the
+ * device run is skipped: exit 77, or 0 under --cpu-checks. The strings
+ * describe the runs for harness_finish. */
+static inline int device_test_main(int argc, char **argv, const char *name, void (*cases)(int),
+                                   void (*without_gpu)(void), const char *without_what, const char *what) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank), MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  harness_name = name;
+  int cpu_checks = argc > 1 && !strcmp(argv[1], "--cpu-checks");
+  if (argc > 1 && !strcmp(argv[1], "--cpu-as-device")) {
+    cases(PAR_DEVICE_CPU);
+    return harness_finish("the device cases on the CPU");
+  }
+  int gpus = comm_cuda_device_count(), device = -1, local = 0;
+  comm_local_device(MPI_COMM_WORLD, &device, &local);
+  int have = gpus > 0;
+  MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!have && cpu_checks && ranks % 2 == 0) {
+    without_gpu();
+    return harness_finish(without_what);
+  }
+  if (!have || ranks < 2 || ranks % 2) {
+    if (rank == 0)
+      printf("%s np=%d: skipped: needs an even number of ranks >= 2 under mpirun and a GPU (%d here on rank 0's "
+             "node)\n", name, ranks, gpus);
+    MPI_Finalize();
+    return cpu_checks ? 0 : 77;
+  }
+  cases(device);
+  return harness_finish(what);
+}
+
 #endif
