@@ -395,8 +395,8 @@ fail:
 static size_t llc_bytes(void) {
   static size_t bytes;
   if (!bytes) {
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    bytes = l3 > 0 ? (size_t)l3 : l2 > 0 ? (size_t)l2 : (size_t)32 << 20;
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    bytes = l3 > 0 ? (size_t)l3 : (size_t)32 << 20;
   }
   return bytes;
 }
