@@ -40,7 +40,8 @@
  *   or 11-bit significands), so the f32 GEMM bound holds before the output
  *   is stored; each stored value then rounds with relative error u = 2^-8
  *   (bf16) or 2^-11 (f16), as tests/tensor/gpu_equiv.c. The epilogue rounds
- *   once (u |out|); the separate kernels (ragged shapes) round the GEMM's
+ *   the bias to the output's dtype (u |b|, inside u S: S counts |b|) and the
+ *   output once (u |out|); the separate kernels (ragged shapes) round the GEMM's
  *   result (u |x w^T| <= u S) and then the sum with the bias (u |out|):
  *   out and pre are checked at (1e-5 + u) S + u |out| + 1e-6; the GELU out
  *   at 1.13 that (the pre-activation's error, rounding included) + 2^-12

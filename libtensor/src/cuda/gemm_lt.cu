@@ -11,8 +11,8 @@
  * and the caller runs the separate kernels instead.
  *
  * With 16-bit activations (bf16 or f16) D, C and the aux buffer are of the
- * activations' dtype with f32 compute (CUBLAS_COMPUTE_32F), the bias f32
- * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE); an f32 weight is rounded to the
+ * activations' dtype with f32 compute (CUBLAS_COMPUTE_32F), the f32 bias
+ * rounded to that dtype (D's bias type); an f32 weight is rounded to the
  * activations' dtype first; the weight gradient and its bias gradient
  * stay f32. */
 #include <cublasLt.h>
@@ -102,7 +102,12 @@ static int lt_run(tensor_ctx_t *ctx, lt_gemm_t g) {
   int ra = lp != TENSOR_F32 && g.adt == TENSOR_F32, rb = lp != TENSOR_F32 && g.bdt == TENSOR_F32;
   int64_t na = ra ? (g.ta ? g.m : g.k) * g.lda : 0, nb = rb ? (g.tb ? g.k : g.n) * g.ldb : 0;
   int64_t na_pad = (na + 127) / 128 * 128, nb_pad = (nb + 127) / 128 * 128; /* 256-byte steps */
-  size_t ws_at = (size_t)(na_pad + nb_pad) * 2;
+  /* A 16-bit D takes a bias of its own dtype (cuBLASLt's default; other
+   * bias types are for IMMA and FP8 kernels): the f32 bias rounded into the
+   * scratch too, one rounding more of |b| (BGRADB's D is f32). */
+  int rbias = g.bias && g.ddt != TENSOR_F32 && g.epi != CUBLASLT_EPILOGUE_BGRADB;
+  int64_t nbias_pad = rbias ? (g.m + 127) / 128 * 128 : 0;
+  size_t ws_at = (size_t)(na_pad + nb_pad + nbias_pad) * 2;
   if ((rc = lt_handle(ctx, &h))) return rc;
   if ((rc = tcu_scratch(ctx, ws_at + LT_WORKSPACE, (void **)&scr))) return rc;
   if (ra) {
@@ -112,6 +117,10 @@ static int lt_run(tensor_ctx_t *ctx, lt_gemm_t g) {
   if (rb) {
     if ((rc = tcu_cast(ctx, scr + na_pad * 2, lp, g.B, TENSOR_F32, nb))) return rc;
     g.B = scr + na_pad * 2, g.bdt = lp;
+  }
+  if (rbias) {
+    if ((rc = tcu_cast(ctx, scr + (na_pad + nb_pad) * 2, g.ddt, g.bias, TENSOR_F32, g.m))) return rc;
+    g.bias = scr + (na_pad + nb_pad) * 2;
   }
   if (g.adt != g.bdt) return STRATA_EUNSUPPORTED; /* bf16 times f16: not a linear layer's */
   {
@@ -124,13 +133,8 @@ static int lt_run(tensor_ctx_t *ctx, lt_gemm_t g) {
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (g.bias) { /* of D's type by default: f32 asked for with a 16-bit D */
+    if (g.bias) /* of D's type (a 16-bit D's rounded above) */
       LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
-      if (g.ddt != TENSOR_F32) {
-        int32_t bt = CUDA_R_32F;
-        LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-      }
-    }
     if (g.aux) {
       LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
       LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.ldaux, sizeof g.ldaux));
