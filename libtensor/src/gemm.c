@@ -250,9 +250,9 @@ int tensor_linear_forward(tensor_ctx_t *ctx, tensor_t *out, const tensor_t *in,
   operand_t w = {weight->data, weight->dtype, N, K, 0};
   if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    if (bias && in->dtype != TENSOR_F16 && out->dtype == TENSOR_F32 && weight->dtype == in->dtype) {
-      /* the bias in the GEMM's epilogue */
-      rc = tcu_linear_lt(ctx, out->data, NULL, in->data, weight->data, (int)in->dtype, bias->data, rows, N, K, 0);
+    if (bias) { /* the bias in the GEMM's epilogue (an f32 weight rounded to a 16-bit in's dtype) */
+      rc = tcu_linear_lt(ctx, out->data, NULL, (int)out->dtype, in->data, (int)in->dtype, weight->data,
+                         (int)weight->dtype, bias->data, rows, N, K, 0);
       if (rc != STRATA_EUNSUPPORTED) goto fail;
     }
     TRY(gemm_core(ctx, out->device, o, x, w, 0, 1, 1.f, 0.f, 1));
@@ -317,10 +317,10 @@ int tensor_linear_backward(tensor_ctx_t *ctx, tensor_t *din, tensor_t *dweight, 
     TRY(gemm_core(ctx, dev, g, d, w, 0, 0, 1.f, 1.f, 1)); /* din += dout W */
   }
 #if defined(STRATA_CUDA)
-  if (dweight && dbias && dev != TENSOR_CPU && adt == TENSOR_F32) { /* dW and the bias gradient in one cuBLASLt call */
+  if (dweight && dbias && dev != TENSOR_CPU) { /* dW and the bias gradient in one cuBLASLt call */
     void *db = NULL;
     TRY(tensor_device_alloc(ctx, &db, (size_t)N * sizeof(float), dev)); /* the epilogue overwrites */
-    rc = tcu_linear_wgrad_lt(ctx, dweight->data, db, dout->data, in->data, rows, N, K);
+    rc = tcu_linear_wgrad_lt(ctx, dweight->data, db, dout->data, in->data, (int)adt, rows, N, K);
     if (rc == STRATA_OK) rc = tcu_acc(ctx, dbias->data, db, TENSOR_F32, N);
     tensor_device_free(ctx, db, dev);
     if (rc != STRATA_EUNSUPPORTED) goto fail;

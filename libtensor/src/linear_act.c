@@ -34,11 +34,11 @@ int tensor_linear_act_forward(tensor_ctx_t *ctx, tensor_t *out, tensor_t *pre, c
   TRY(tensor_linear_check(ctx, fn, out, in, weight, bias, &rows, &N, &K));
   TRY(check_like(ctx, fn, "pre", pre, out, "out"));
   CHECK(pre->data != out->data, STRATA_EINVAL, "%s: pre and out must not alias", fn);
-  /* cuBLASLt's epilogues write f32 (16-bit activations take the separate kernels) */
-  if (out->device != TENSOR_CPU && in->dtype != TENSOR_F16 && out->dtype == TENSOR_F32 && weight->dtype == in->dtype) {
+  /* cuBLASLt's epilogue, out and pre of out's dtype (f32 or in's 16-bit one) */
+  if (out->device != TENSOR_CPU) {
 #if defined(STRATA_CUDA)
-    rc = tcu_linear_lt(ctx, out->data, pre->data, in->data, weight->data, (int)in->dtype,
-                       bias ? bias->data : NULL, rows, N, K, 1);
+    rc = tcu_linear_lt(ctx, out->data, pre->data, (int)out->dtype, in->data, (int)in->dtype, weight->data,
+                       (int)weight->dtype, bias ? bias->data : NULL, rows, N, K, 1);
     if (rc != STRATA_EUNSUPPORTED) goto fail;
     rc = STRATA_OK;
 #endif
@@ -64,12 +64,13 @@ int tensor_linear_act_backward(tensor_ctx_t *ctx, tensor_t *din_pre, tensor_t *d
   TRY(check_like(ctx, fn, "din_pre", din_pre, in, "in"));
   TRY(check_like(ctx, fn, "dact", dact, in, "in"));
   TRY(check_like(ctx, fn, "in_pre", in_pre, in, "in"));
-  if (dout->device != TENSOR_CPU && dout->dtype == TENSOR_F32) {
+  if (dout->device != TENSOR_CPU) { /* dact, din_pre, in_pre of in's (and dout's) dtype */
 #if defined(STRATA_CUDA)
     int K = (int)in->shape[in->ndim - 1], N = (int)dout->shape[dout->ndim - 1];
     int64_t rows = tensor_numel(in) / K;
-    rc = tcu_linear_dgelu_lt(ctx, dact->data, dout->data, weight->data, in_pre->data, rows, N, K);
-    if (rc == STRATA_OK) rc = tcu_acc(ctx, din_pre->data, dact->data, TENSOR_F32, rows * K);
+    rc = tcu_linear_dgelu_lt(ctx, dact->data, dout->data, (int)dout->dtype, weight->data, (int)weight->dtype,
+                             in_pre->data, rows, N, K);
+    if (rc == STRATA_OK) rc = tcu_acc(ctx, din_pre->data, dact->data, (int)dout->dtype, rows * K);
     if (rc != STRATA_EUNSUPPORTED) goto fail;
     rc = STRATA_OK;
 #endif

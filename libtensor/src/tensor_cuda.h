@@ -62,15 +62,18 @@ int tcu_gemm(tensor_ctx_t *ctx, int ta, int tb, int M, int N, int K, float alpha
  * cuBLASLt has no kernel (dims not multiples of 8, pointers not 16-byte
  * aligned, ...): the caller then runs the separate kernels.
  * out = act(in W^T + bias) with act GELU (tanh form) when gelu, pre (gelu
- * only) = the pre-activation; in and W of dtype dt (f32 or bf16); bias may
- * be NULL with gelu. */
-int tcu_linear_lt(tensor_ctx_t *ctx, float *out, float *pre, const void *in, const void *w, int dt,
-                  const float *bias, int64_t rows, int N, int K, int gelu);
-/* dpre(rows,K) = gelu'(pre) * (dout W), overwritten. */
-int tcu_linear_dgelu_lt(tensor_ctx_t *ctx, float *dpre, const float *dout, const float *w, const float *pre,
-                        int64_t rows, int N, int K);
-/* dW += dout^T in; dbias = column sums of dout (overwritten). */
-int tcu_linear_wgrad_lt(tensor_ctx_t *ctx, float *dw, float *dbias, const float *dout, const float *in,
+ * only) = the pre-activation, of out's dtype odt (f32, or in's 16-bit
+ * dtype); in of dtype idt (f32, bf16 or f16), W of idt or f32 (rounded to
+ * idt); bias f32, may be NULL with gelu. */
+int tcu_linear_lt(tensor_ctx_t *ctx, void *out, void *pre, int odt, const void *in, int idt, const void *w,
+                  int wdt, const float *bias, int64_t rows, int N, int K, int gelu);
+/* dpre(rows,K) = gelu'(pre) * (dout W), overwritten; dpre, dout, pre of
+ * dtype adt, W of adt or f32. */
+int tcu_linear_dgelu_lt(tensor_ctx_t *ctx, void *dpre, const void *dout, int adt, const void *w, int wdt,
+                        const void *pre, int64_t rows, int N, int K);
+/* dW += dout^T in; dbias = column sums of dout (overwritten); dout and in
+ * of dtype adt, dW and dbias f32. */
+int tcu_linear_wgrad_lt(tensor_ctx_t *ctx, float *dw, float *dbias, const void *dout, const void *in, int adt,
                         int64_t rows, int N, int K);
 void tcu_lt_destroy(tensor_ctx_t *ctx);
 /* The element-wise kernels, layernorm, embedding and attention take their

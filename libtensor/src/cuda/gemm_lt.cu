@@ -8,7 +8,13 @@
  * cuBLASLt has no kernel for some shapes, dtypes and alignments; its
  * heuristic then returns nothing and these functions return
  * STRATA_EUNSUPPORTED without touching their outputs or the context's error,
- * and the caller runs the separate kernels instead. */
+ * and the caller runs the separate kernels instead.
+ *
+ * With 16-bit activations (bf16 or f16) D, C and the aux buffer are of the
+ * activations' dtype with f32 compute (CUBLAS_COMPUTE_32F), the f32 bias
+ * rounded to that dtype (D's bias type); an f32 weight is rounded to the
+ * activations' dtype first; the weight gradient and its bias gradient
+ * stay f32. */
 #include <cublasLt.h>
 #include <stdint.h>
 
@@ -52,18 +58,25 @@ static uint32_t align_of(const void *p) {
   return a;
 }
 
+static cudaDataType_t lt_type(int dt) {
+  return dt == TENSOR_BF16 ? CUDA_R_16BF : dt == TENSOR_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
 /* One column-major GEMM D(m,n) = alpha op(A) op(B) + beta D with an epilogue.
  * A is (ta ? k x m : m x k) with leading dimension lda, B likewise; A and B
- * share dtype dt (TENSOR_F32 or TENSOR_BF16; f32 operands are rounded to
- * bf16 first when the context asks for bf16 matmuls), D is f32. bias and
- * aux (f32, aux with leading dimension ldaux) as the epilogue needs. */
+ * of dtypes adt and bdt (f32, bf16 or f16), multiplied in one dtype: an f32
+ * operand is rounded in scratch to the other's 16-bit dtype (16-bit
+ * activations times f32 weights), or both to bf16 when the context asks
+ * for bf16 matmuls. D (ddt: f32 or the activations' 16-bit dtype) and aux
+ * (leading dimension ldaux) share a dtype; bias is f32 whatever D's. */
 typedef struct {
   int ta, tb;
   int64_t m, n, k;
   const void *A, *B;
-  int dt;
+  int adt, bdt;
   int64_t lda, ldb;
-  float *D;
+  void *D;
+  int ddt;
   int64_t ldd;
   float beta;
   cublasLtEpilogue_t epi;
@@ -82,19 +95,36 @@ static int lt_run(tensor_ctx_t *ctx, lt_gemm_t g) {
   int found = 0;
   float alpha = 1.f;
   char *scr = NULL;
-  int64_t na = (g.ta ? g.m : g.k) * g.lda, nb = (g.tb ? g.k : g.n) * g.ldb;
+  int lp = g.adt != TENSOR_F32   ? g.adt
+           : g.bdt != TENSOR_F32 ? g.bdt
+           : tensor_ctx_bf16_matmul(ctx) ? TENSOR_BF16
+                                         : TENSOR_F32;
+  int ra = lp != TENSOR_F32 && g.adt == TENSOR_F32, rb = lp != TENSOR_F32 && g.bdt == TENSOR_F32;
+  int64_t na = ra ? (g.ta ? g.m : g.k) * g.lda : 0, nb = rb ? (g.tb ? g.k : g.n) * g.ldb : 0;
   int64_t na_pad = (na + 127) / 128 * 128, nb_pad = (nb + 127) / 128 * 128; /* 256-byte steps */
-  int round16 = tensor_ctx_bf16_matmul(ctx) && g.dt == TENSOR_F32;
-  size_t ws_at = round16 ? (size_t)(na_pad + nb_pad) * 2 : 0;
+  /* A 16-bit D takes a bias of its own dtype (cuBLASLt's default; other
+   * bias types are for IMMA and FP8 kernels): the f32 bias rounded into the
+   * scratch too, one rounding more of |b| (BGRADB's D is f32). */
+  int rbias = g.bias && g.ddt != TENSOR_F32 && g.epi != CUBLASLT_EPILOGUE_BGRADB;
+  int64_t nbias_pad = rbias ? (g.m + 127) / 128 * 128 : 0;
+  size_t ws_at = (size_t)(na_pad + nb_pad + nbias_pad) * 2;
   if ((rc = lt_handle(ctx, &h))) return rc;
   if ((rc = tcu_scratch(ctx, ws_at + LT_WORKSPACE, (void **)&scr))) return rc;
-  if (round16) {
-    if ((rc = tcu_cast(ctx, scr, TENSOR_BF16, g.A, TENSOR_F32, na))) return rc;
-    if ((rc = tcu_cast(ctx, scr + na_pad * 2, TENSOR_BF16, g.B, TENSOR_F32, nb))) return rc;
-    g.A = scr, g.B = scr + na_pad * 2, g.dt = TENSOR_BF16;
+  if (ra) {
+    if ((rc = tcu_cast(ctx, scr, lp, g.A, TENSOR_F32, na))) return rc;
+    g.A = scr, g.adt = lp;
   }
+  if (rb) {
+    if ((rc = tcu_cast(ctx, scr + na_pad * 2, lp, g.B, TENSOR_F32, nb))) return rc;
+    g.B = scr + na_pad * 2, g.bdt = lp;
+  }
+  if (rbias) {
+    if ((rc = tcu_cast(ctx, scr + (na_pad + nb_pad) * 2, g.ddt, g.bias, TENSOR_F32, g.m))) return rc;
+    g.bias = scr + (na_pad + nb_pad) * 2;
+  }
+  if (g.adt != g.bdt) return STRATA_EUNSUPPORTED; /* bf16 times f16: not a linear layer's */
   {
-    cudaDataType_t ab = g.dt == TENSOR_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t ab = lt_type(g.adt), dt = lt_type(g.ddt);
     cublasOperation_t opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint32_t epi = (uint32_t)g.epi;
     size_t ws = LT_WORKSPACE;
@@ -103,15 +133,16 @@ static int lt_run(tensor_ctx_t *ctx, lt_gemm_t g) {
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (g.bias) /* of D's type, f32, by default */
+    if (g.bias) /* of D's type (a 16-bit D's rounded above) */
       LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof g.bias));
     if (g.aux) {
       LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof g.aux));
       LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g.ldaux, sizeof g.ldaux));
+      /* the aux buffer's dtype defaults to D's (only FP8 kernels take another) */
     }
     LT(cublasLtMatrixLayoutCreate(&la, ab, g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda));
     LT(cublasLtMatrixLayoutCreate(&lb, ab, g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb));
-    LT(cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, g.m, g.n, g.ldd));
+    LT(cublasLtMatrixLayoutCreate(&ld, dt, g.m, g.n, g.ldd));
     LT(cublasLtMatmulPreferenceCreate(&pref));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     uint32_t aa = align_of(g.A), ba = align_of(g.B), da = align_of(g.D);
@@ -145,41 +176,48 @@ static int lt_fits(int64_t a, int64_t b, const void *p1, const void *p2, const v
          align_of(p4) >= 16;
 }
 
-/* out(rows,N) = act(in(rows,K) W(N,K)^T + bias), pre = the pre-activation.
- * Column-major: out^T (N x rows) = W^T (op T of W's K x N) in^T (K x rows),
- * the bias along D's rows (N). */
-extern "C" int tcu_linear_lt(tensor_ctx_t *ctx, float *out, float *pre, const void *in, const void *w, int dt,
-                             const float *bias, int64_t rows, int N, int K, int gelu) {
+/* out(rows,N) = act(in(rows,K) W(N,K)^T + bias), pre = the pre-activation
+ * (of out's dtype). Column-major: out^T (N x rows) = W^T (op T of W's K x
+ * N) in^T (K x rows), the bias along D's rows (N). */
+extern "C" int tcu_linear_lt(tensor_ctx_t *ctx, void *out, void *pre, int odt, const void *in, int idt,
+                             const void *w, int wdt, const float *bias, int64_t rows, int N, int K, int gelu) {
   if (!lt_fits(N, K, out, gelu ? (const void *)pre : out, in, w) || (!bias && !gelu) ||
       (bias && align_of(bias) < 16))
     return STRATA_EUNSUPPORTED;
   cublasLtEpilogue_t epi = !gelu ? CUBLASLT_EPILOGUE_BIAS
                            : bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                   : CUBLASLT_EPILOGUE_GELU_AUX;
-  lt_gemm_t g = {1, 0, N, rows, K, w, in, dt, K, K, out, N, 0.f, epi, (void *)bias, gelu ? (void *)pre : NULL, N};
+  lt_gemm_t g = {1, 0, N, rows, K, w, in, wdt, idt, K, K, out, odt, N, 0.f, epi, (void *)bias,
+                 gelu ? pre : NULL, N};
   return lt_run(ctx, g);
 }
 
-/* dpre(rows,K) = gelu'(pre) * (dout(rows,N) W(N,K)), overwritten.
+/* dpre(rows,K) = gelu'(pre) * (dout(rows,N) W(N,K)), overwritten; dpre,
+ * dout and pre of dtype adt, W of adt or f32.
  * Column-major: dpre^T (K x rows) = W^T (K x N, op N) dout^T (N x rows). */
-extern "C" int tcu_linear_dgelu_lt(tensor_ctx_t *ctx, float *dpre, const float *dout, const float *w,
-                                   const float *pre, int64_t rows, int N, int K) {
+extern "C" int tcu_linear_dgelu_lt(tensor_ctx_t *ctx, void *dpre, const void *dout, int adt, const void *w,
+                                   int wdt, const void *pre, int64_t rows, int N, int K) {
   if (!lt_fits(N, K, dpre, pre, dout, w)) return STRATA_EUNSUPPORTED;
-  lt_gemm_t g = {0, 0, K, rows, N, w, dout, TENSOR_F32, K, N, dpre, K, 0.f, CUBLASLT_EPILOGUE_DGELU, NULL,
+  lt_gemm_t g = {0, 0, K, rows, N, w, dout, wdt, adt, K, N, dpre, adt, K, 0.f, CUBLASLT_EPILOGUE_DGELU, NULL,
                  (void *)pre, K};
   return lt_run(ctx, g);
 }
 
 /* dW(N,K) += dout(rows,N)^T in(rows,K) and dbias(N) = column sums of dout
- * (overwritten). Column-major: dW^T (K x N) = in^T (K x rows, op N) dout
- * (op T of dout^T, N x rows); the bias gradient reduces B = dout over k =
- * rows, one value per column of D (N). */
-extern "C" int tcu_linear_wgrad_lt(tensor_ctx_t *ctx, float *dw, float *dbias, const float *dout, const float *in,
-                                   int64_t rows, int N, int K) {
-  /* With bf16 matmuls the epilogue would sum dout rounded to bf16: the
-   * separate column sums keep the bias gradient in f32. */
-  if (!lt_fits(N, K, dw, dbias, dout, in) || tensor_ctx_bf16_matmul(ctx)) return STRATA_EUNSUPPORTED;
-  lt_gemm_t g = {0, 1, K, N, rows, in, dout, TENSOR_F32, K, N, dw, K, 1.f, CUBLASLT_EPILOGUE_BGRADB,
+ * (overwritten); dout and in of dtype adt, dW and dbias f32. Column-major:
+ * dW^T (K x N) = in^T (K x rows, op N) dout (op T of dout^T, N x rows); the
+ * bias gradient reduces B = dout over k = rows, one value per column of D
+ * (N). */
+extern "C" int tcu_linear_wgrad_lt(tensor_ctx_t *ctx, float *dw, float *dbias, const void *dout, const void *in,
+                                   int adt, int64_t rows, int N, int K) {
+  /* The epilogue sums B = dout as the GEMM reads it, with f32 accumulation:
+   * a 16-bit dout's own values, as the separate column sums
+   * (tcu_bias_backward) add them; but with bf16 matmuls an f32 dout would
+   * be rounded to bf16 first, so the separate column sums keep that bias
+   * gradient in f32. */
+  if (!lt_fits(N, K, dw, dbias, dout, in) || (adt == TENSOR_F32 && tensor_ctx_bf16_matmul(ctx)))
+    return STRATA_EUNSUPPORTED;
+  lt_gemm_t g = {0, 1, K, N, rows, in, dout, adt, adt, K, N, dw, TENSOR_F32, K, 1.f, CUBLASLT_EPILOGUE_BGRADB,
                  (void *)dbias, NULL, 0};
   return lt_run(ctx, g);
 }
