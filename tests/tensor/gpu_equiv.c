@@ -762,6 +762,40 @@ static void test_residual_layernorm(void) {
   freeall(all, (int)(sizeof all / sizeof *all));
 }
 
+/* The fused classifier's tolerances, from the CPU's h (R x C), weight
+ * (V x C), logits Z, log-sum-exps LS and targets T (< 0: ignored): S[r] the
+ * largest sum_c |h w| of row r's logits (smax the largest over rows), tl
+ * and tl2 the lse's and the loss's bounds e S and 2 e S, sdh and sdw the
+ * sums |dlogits| |w| and |dlogits| |h| behind dh and dweight (dlogits'
+ * magnitude bounded by dloss (p + [v = target])). The caller frees all five. */
+static void classifier_bounds(const float *H, const float *W, const float *Z, const float *LS, const int32_t *T,
+                              int R, int V, int C, double dloss, double e, double **Sp, double *smaxp, double **tlp,
+                              double **tl2p, double **sdhp, double **sdwp) {
+  double *S = calloc(R, sizeof(double)), smax = 0;
+  for (int r = 0; r < R; r++) {
+    for (int v = 0; v < V; v++) {
+      double a = 0;
+      for (int c = 0; c < C; c++) a += fabs((double)H[r * C + c] * W[v * C + c]);
+      S[r] = a > S[r] ? a : S[r];
+    }
+    smax = S[r] > smax ? S[r] : smax;
+  }
+  double *tl = calloc(R, sizeof(double)), *tl2 = calloc(R, sizeof(double));
+  for (int r = 0; r < R; r++) tl[r] = e * S[r], tl2[r] = 2 * e * S[r];
+  double *sdh = calloc((size_t)R * C, sizeof(double)), *sdw = calloc((size_t)V * C, sizeof(double));
+  for (int r = 0; r < R; r++) {
+    if (T[r] < 0) continue;
+    for (int v = 0; v < V; v++) {
+      double p = exp((double)Z[r * V + v] - LS[r]) + (v == T[r]);
+      for (int c = 0; c < C; c++) {
+        sdh[r * C + c] += dloss * p * fabs(W[v * C + c]);
+        sdw[v * C + c] += dloss * p * fabs(H[r * C + c]);
+      }
+    }
+  }
+  *Sp = S, *smaxp = smax, *tlp = tl, *tl2p = tl2, *sdhp = sdh, *sdwp = sdw;
+}
+
 /* The fused classifier (h (R, C), W (V, C)) against its CPU path (the
  * separate ops), chunk sizes that do and do not divide the rows, some
  * targets ignored. Tolerances, per row r and from the logits' error dz_r:
@@ -795,28 +829,8 @@ static void test_classifier(int bf16, int chunk) {
   must(tensor_linear_forward(ctx, &z, &h, &w, NULL), "logits cpu"); /* for the tolerances */
   const float *H = h.data, *W = w.data, *Z = z.data, *LS = ls.data;
   const int32_t *T = tg.data;
-  double *S = calloc(R, sizeof(double)), smax = 0, e = bf16 ? 1.0 / 128 : 1e-5, k = bf16 ? 3.0 / 512 : 1e-5;
-  for (int r = 0; r < R; r++) {
-    for (int v = 0; v < V; v++) {
-      double a = 0;
-      for (int c = 0; c < C; c++) a += fabs((double)H[r * C + c] * W[v * C + c]);
-      S[r] = a > S[r] ? a : S[r];
-    }
-    smax = S[r] > smax ? S[r] : smax;
-  }
-  double *tl = calloc(R, sizeof(double)), *tl2 = calloc(R, sizeof(double));
-  for (int r = 0; r < R; r++) tl[r] = e * S[r], tl2[r] = 2 * e * S[r];
-  double *sdh = calloc((size_t)R * C, sizeof(double)), *sdw = calloc((size_t)V * C, sizeof(double));
-  for (int r = 0; r < R; r++) {
-    if (T[r] < 0) continue;
-    for (int v = 0; v < V; v++) {
-      double p = exp((double)Z[r * V + v] - LS[r]) + (v == T[r]);
-      for (int c = 0; c < C; c++) {
-        sdh[r * C + c] += dloss * p * fabs(W[v * C + c]);
-        sdw[v * C + c] += dloss * p * fabs(H[r * C + c]);
-      }
-    }
-  }
+  double e = bf16 ? 1.0 / 128 : 1e-5, k = bf16 ? 3.0 / 512 : 1e-5, *S, smax, *tl, *tl2, *sdh, *sdw;
+  classifier_bounds(H, W, Z, LS, T, R, V, C, dloss, e, &S, &smax, &tl, &tl2, &sdh, &sdw);
   char what[96];
   const char *mode = bf16 ? "bf16" : "f32";
   snprintf(what, sizeof what, "classifier lse (%s, chunk %d)", mode, chunk);
@@ -1228,28 +1242,8 @@ static void test_act16_classifier(tensor_dtype_t dt, int chunk) {
   must(tensor_linear_forward(ctx, &z, &hr, &wr, NULL), "logits cpu");
   const float *H = hr.data, *W = wr.data, *Z = z.data, *LS = ls.data, *DH = dhr.data;
   const int32_t *T = tg.data;
-  double *S = calloc(R, sizeof(double)), smax = 0;
-  for (int r = 0; r < R; r++) {
-    for (int v = 0; v < V; v++) {
-      double a = 0;
-      for (int c = 0; c < C; c++) a += fabs((double)H[r * C + c] * W[v * C + c]);
-      S[r] = a > S[r] ? a : S[r];
-    }
-    smax = S[r] > smax ? S[r] : smax;
-  }
-  double *tl = calloc(R, sizeof(double)), *tl2 = calloc(R, sizeof(double));
-  for (int r = 0; r < R; r++) tl[r] = e * S[r], tl2[r] = 2 * e * S[r];
-  double *sdh = calloc((size_t)R * C, sizeof(double)), *sdw = calloc((size_t)V * C, sizeof(double));
-  for (int r = 0; r < R; r++) {
-    if (T[r] < 0) continue;
-    for (int v = 0; v < V; v++) {
-      double p = exp((double)Z[r * V + v] - LS[r]) + (v == T[r]);
-      for (int c = 0; c < C; c++) {
-        sdh[r * C + c] += dloss * p * fabs(W[v * C + c]);
-        sdw[v * C + c] += dloss * p * fabs(H[r * C + c]);
-      }
-    }
-  }
+  double *S, smax, *tl, *tl2, *sdh, *sdw;
+  classifier_bounds(H, W, Z, LS, T, R, V, C, dloss, e, &S, &smax, &tl, &tl2, &sdh, &sdw);
   double f = 2 * e * smax + k;
   for (int i = 0; i < R * C; i++) sdh[i] = f * sdh[i] + u * (fabs(DH[i]) + f * sdh[i] + 1e-7);
   char what[96];

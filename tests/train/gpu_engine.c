@@ -95,33 +95,33 @@ typedef struct {
   int acts; /* the activations' dtype (par_engine_options_t.activations): 0 f32 */
 } case_t;
 
+/* Layout, optimizer and options of case k on `device` (data parallel over every rank). */
+static void setup(const case_t *k, int device, par_layout_t *lay, par_optim_config_t *oc, par_engine_options_t *eo) {
+  *lay = (par_layout_t)PAR_LAYOUT_DEFAULTS;
+  lay->dp = ranks, lay->zero_stage = k->zero, lay->microbatch = 4, lay->global_batch = 4 * ranks * k->accum;
+  lay->precision = k->prec;
+  *oc = (par_optim_config_t)PAR_OPTIM_CONFIG_DEFAULTS;
+  oc->name = k->opt, oc->lr = 1e-2, oc->clip = 0.5, oc->warmup = 2, oc->weight_decay = 0.01;
+  *eo = (par_engine_options_t)PAR_ENGINE_OPTIONS_DEFAULTS;
+  eo->steps = STEPS, eo->threads = 1, eo->seed = 7, eo->device = device, eo->bf16_matmul = k->bf16mm;
+  eo->activations = k->acts;
+  eo->bucket_mb = 0.004; /* several buckets */
+  if (k->prec == PAR_PREC_FP16) eo->loss_scale = 1024;
+}
+
 static int create(par_engine_t **e, int device, const case_t *k, char *err, size_t n) {
-  par_layout_t lay = PAR_LAYOUT_DEFAULTS;
-  lay.dp = ranks, lay.zero_stage = k->zero, lay.microbatch = 4,
-  lay.global_batch = 4 * ranks * k->accum;
-  lay.precision = k->prec;
-  par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
-  oc.name = k->opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
-  par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
-  eo.steps = STEPS, eo.threads = 1, eo.seed = 7, eo.device = device, eo.bf16_matmul = k->bf16mm;
-  eo.activations = k->acts;
-  eo.bucket_mb = 0.004; /* several buckets */
-  if (k->prec == PAR_PREC_FP16) eo.loss_scale = 1024;
+  par_layout_t lay;
+  par_optim_config_t oc;
+  par_engine_options_t eo;
+  setup(k, device, &lay, &oc, &eo);
   return par_engine_create(e, &mc, &lay, &oc, &eo, err, n);
 }
 
 static par_engine_t *engine(int device, const case_t *k) {
-  par_layout_t lay = PAR_LAYOUT_DEFAULTS;
-  lay.dp = ranks, lay.zero_stage = k->zero, lay.microbatch = 4,
-  lay.global_batch = 4 * ranks * k->accum;
-  lay.precision = k->prec;
-  par_optim_config_t oc = PAR_OPTIM_CONFIG_DEFAULTS;
-  oc.name = k->opt, oc.lr = 1e-2, oc.clip = 0.5, oc.warmup = 2, oc.weight_decay = 0.01;
-  par_engine_options_t eo = PAR_ENGINE_OPTIONS_DEFAULTS;
-  eo.steps = STEPS, eo.threads = 1, eo.seed = 7, eo.device = device, eo.bf16_matmul = k->bf16mm;
-  eo.activations = k->acts;
-  eo.bucket_mb = 0.004;
-  if (k->prec == PAR_PREC_FP16) eo.loss_scale = 1024;
+  par_layout_t lay;
+  par_optim_config_t oc;
+  par_engine_options_t eo;
+  setup(k, device, &lay, &oc, &eo);
   return make_engine(&mc, &lay, &oc, &eo);
 }
 
